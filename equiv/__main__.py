@@ -1,0 +1,7 @@
+"""``python -m equiv``."""
+
+import sys
+
+from equiv.cli import main
+
+sys.exit(main())

@@ -1,0 +1,229 @@
+"""What a run is: models, sampling, drafting and runtime settings, and their fingerprint.
+
+Everything here is a frozen dataclass so that a configuration can be hashed, compared and written
+to the results file. This module must not import llama_cpp: the engine adds its own facts (library
+versions, CPU features) to the fingerprint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from equiv.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "DraftConfig",
+    "Mode",
+    "ModelSpec",
+    "RunConfig",
+    "SamplingConfig",
+    "fingerprint_digest",
+    "load_toml",
+]
+
+
+class Mode(str, enum.Enum):
+    """How the two paths are compared."""
+
+    TEMP0 = "temp0"
+    SAMPLING = "sampling"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A GGUF file and where it came from (``bundled``, ``derived:<how>`` or ``user``)."""
+
+    path: str
+    provenance: str = "user"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelSpec:
+        return cls(path=str(data["path"]), provenance=str(data.get("provenance", "user")))
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """llama.cpp's sampler chain as llama-cpp-python builds it.
+
+    Order: penalties -> top_k -> typical -> top_p -> min_p -> temp -> dist; ``temp == 0`` is greedy.
+    Defaults are llama-cpp-python's.
+    """
+
+    temp: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.temp >= 0, "temp", self.temp, "use 0 for greedy or a positive temperature"),
+            (self.top_k >= 0, "top_k", self.top_k, "use 0 to disable top-k or a positive k"),
+            (0 < self.top_p <= 1, "top_p", self.top_p, "use a value in (0, 1], 1 disables it"),
+            (0 <= self.min_p <= 1, "min_p", self.min_p, "use a value in [0, 1], 0 disables it"),
+            (0 < self.typical_p <= 1, "typical_p", self.typical_p, "use 1 to disable it"),
+            (self.repeat_penalty > 0, "repeat_penalty", self.repeat_penalty, "use 1 for none"),
+        ]
+        for ok, name, value, fix in checks:
+            if not ok:
+                raise ConfigError(f"{name}={value!r} is out of range; {fix}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temp == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SamplingConfig:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """How the draft proposes tokens; the defaults are llama.cpp's (common/common.h)."""
+
+    draft_max: int = 16
+    draft_min: int = 0
+    p_min: float = 0.75
+
+    def __post_init__(self) -> None:
+        if self.draft_max < 1:
+            raise ConfigError(f"draft_max={self.draft_max} must be >= 1; llama.cpp uses 16")
+        if not 0 <= self.draft_min <= self.draft_max:
+            raise ConfigError(
+                f"draft_min={self.draft_min} must lie in [0, draft_max={self.draft_max}]"
+            )
+        if not 0 <= self.p_min <= 1:
+            raise ConfigError(f"p_min={self.p_min} must lie in [0, 1]; llama.cpp uses 0.75")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DraftConfig:
+        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+
+
+def _default_threads() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One experiment: the same prompts through the target alone and through target + draft."""
+
+    target: ModelSpec
+    draft: ModelSpec
+    suites: tuple[str, ...] = ()
+    mode: Mode = Mode.TEMP0
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    draft_config: DraftConfig = field(default_factory=DraftConfig)
+    seeds: tuple[int, ...] = ()
+    max_tokens: int | None = None
+    n_ctx: int = 2048
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = field(default_factory=_default_threads)
+    flash_attn: bool = False
+    top_k_record: int = 8
+    engine: str = "llamacpp"
+
+    def __post_init__(self) -> None:
+        if self.n_ctx < 16:
+            raise ConfigError(f"n_ctx={self.n_ctx} is too small; use at least 16 (default 2048)")
+        if self.n_batch < 1 or self.n_ubatch < 1:
+            raise ConfigError(f"n_batch={self.n_batch}, n_ubatch={self.n_ubatch} must be >= 1")
+        if self.n_threads < 1:
+            raise ConfigError(f"n_threads={self.n_threads} must be >= 1")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ConfigError(f"max_tokens={self.max_tokens} must be >= 1")
+        if self.top_k_record < 2:
+            raise ConfigError(f"top_k_record={self.top_k_record} must be >= 2")
+        for seed in self.seeds:
+            if seed <= 0 or seed >= 2**32 - 1:
+                raise ConfigError(
+                    f"seed={seed} is not allowed: llama-cpp-python treats 0 (and 0xFFFFFFFF) "
+                    "as 'pick a random seed', which would make the run unrepeatable; "
+                    "use seeds in [1, 2**32 - 2]"
+                )
+        if self.mode is Mode.SAMPLING and not self.seeds:
+            raise ConfigError("sampling mode needs at least one seed; pass --seeds N (e.g. 64)")
+        if self.mode is Mode.SAMPLING and self.sampling.greedy:
+            raise ConfigError("sampling mode needs temp > 0; pass --temp 0.8 or use --mode temp0")
+
+    @property
+    def self_draft(self) -> bool:
+        """The draft is the target file itself: a control whose acceptance must be ~1 at temp 0."""
+        return Path(self.target.path).resolve() == Path(self.draft.path).resolve()
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["mode"] = self.mode.value
+        data["suites"] = list(self.suites)
+        data["seeds"] = list(self.seeds)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
+        plain = {
+            f.name: data[f.name]
+            for f in dataclasses.fields(cls)
+            if f.name in data
+            and f.name not in {"target", "draft", "sampling", "draft_config", "mode"}
+        }
+        plain["suites"] = tuple(plain.get("suites", ()))
+        plain["seeds"] = tuple(plain.get("seeds", ()))
+        return cls(
+            target=ModelSpec.from_dict(data["target"]),
+            draft=ModelSpec.from_dict(data["draft"]),
+            mode=Mode(data.get("mode", "temp0")),
+            sampling=SamplingConfig.from_dict(data.get("sampling", {})),
+            draft_config=DraftConfig.from_dict(data.get("draft_config", {})),
+            **plain,
+        )
+
+
+def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
+    """A short stable hash of a fingerprint (sorted JSON)."""
+    blob = json.dumps(fingerprint, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """Read the ``[tool.equiv]`` table of a pyproject.toml, or a whole equiv TOML file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(p)!r} does not exist; check the path") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not valid TOML: {exc}") from None
+    table = data.get("tool", {}).get("equiv", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"[tool.equiv] in {str(p)!r} must be a table")
+    return table

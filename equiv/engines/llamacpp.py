@@ -1,0 +1,343 @@
+"""llama-cpp-python in process: the baseline (target alone) and the speculative path (target with
+a GGUF draft plugged into llama-cpp-python's own ``draft_model`` hook).
+
+Why the baseline evaluates with ``logits_all=False``: that is plain decoding as users run it
+(llama-cli and llama-server compute only the last row). The speculative path must use
+``logits_all=True`` (llama-cpp-python verifies drafted tokens from the rows of one batch, and sizes
+its score buffer from that flag), so its output layer multiplies every row of each batch. Making the
+baseline ``logits_all=True`` too would hide part of the real difference between the two
+deployments; equiv compares them as deployed and lets the classifier measure the drift.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from llama_cpp.llama_speculative import LlamaDraftModel
+
+from equiv.config import DraftConfig, RunConfig, SamplingConfig
+from equiv.engines.base import Capabilities
+from equiv.errors import EngineError, ModelError
+from equiv.gguf_info import read_gguf_info
+from equiv.prompts import Prompt
+from equiv.results import DraftStep, Generation, TokenAlternatives
+
+__all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine", "quiet_stderr"]
+
+# GGUF files without tokenizer.chat_template get llama.cpp's built-in template of their family,
+# as llama.cpp itself would pick it (llama_chat_apply_template accepts these names).
+_BUILTIN_TEMPLATES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama3"}
+# llama.cpp's draft sampler keeps the top 10 before it reads p (common/speculative.cpp).
+_DRAFT_TOP_N = 10
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """llama.cpp prints model-loading chatter on fd 2; keep the terminal for equiv's own output."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # pragma: no cover - no fd 2
+        yield
+        return
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any) -> Any:
+    try:
+        with quiet_stderr():
+            return llama_cpp.Llama(
+                model_path=path,
+                n_ctx=config.n_ctx,
+                n_batch=config.n_batch,
+                n_ubatch=config.n_ubatch,
+                n_threads=config.n_threads,
+                n_threads_batch=config.n_threads,
+                flash_attn=config.flash_attn,
+                logits_all=logits_all,
+                seed=1,
+                verbose=False,
+                **kwargs,
+            )
+    except (ValueError, RuntimeError) as exc:
+        raise ModelError(
+            f"llama.cpp could not load {path!r} ({exc}); check that it is a complete GGUF file "
+            f"of an architecture llama-cpp-python {llama_cpp.__version__} supports"
+        ) from None
+
+
+def _last_row(llm: Any) -> npt.NDArray[np.float32]:
+    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
+
+
+class GGUFDraftModel(LlamaDraftModel):
+    """A GGUF draft model behind llama-cpp-python's ``draft_model`` hook, drafting as llama.cpp.
+
+    It keeps its own KV cache across calls and evaluates only the tokens it has not seen; proposes
+    up to ``draft_max`` greedy tokens; stops when the top token's probability (softmax over the
+    top 10, as llama.cpp's draft sampler) falls below ``p_min``; returns nothing when fewer than
+    ``draft_min`` tokens were drafted. Every call is recorded in ``calls``.
+    """
+
+    def __init__(self, llm: Any, config: DraftConfig) -> None:
+        self.llm = llm
+        self.config = config
+        self.calls: list[tuple[int, tuple[int, ...]]] = []
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        llm = self.llm
+        ids = input_ids.tolist()
+        cached = llm.input_ids[: llm.n_tokens].tolist()
+        keep = 0
+        for a, b in zip(cached, ids, strict=False):
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(ids) - 1)  # re-evaluate at least the last token to get its logits
+        llm.n_tokens = keep  # Llama.eval drops the KV cache from n_tokens on
+        llm.eval(ids[keep:])
+        budget = min(self.config.draft_max, llm.n_ctx() - len(ids) - 1)
+        drafted: list[int] = []
+        while len(drafted) < budget:
+            row = _last_row(llm)
+            top = np.argpartition(row, -_DRAFT_TOP_N)[-_DRAFT_TOP_N:]
+            logits = row[top].astype(np.float64)
+            probs = np.exp(logits - logits.max())
+            probs /= probs.sum()
+            best = int(top[np.lexsort((top, -logits))[0]])  # argmax, lowest id on ties
+            if float(probs.max()) < self.config.p_min:
+                break
+            drafted.append(best)
+            if len(drafted) < budget:
+                llm.eval([best])
+        if len(drafted) < self.config.draft_min:
+            drafted = []
+        self.calls.append((len(ids), tuple(drafted)))
+        return np.array(drafted, dtype=np.intc)
+
+
+class LlamaCppEngine:
+    """One path over llama-cpp-python: ``speculative`` plugs in a `GGUFDraftModel`."""
+
+    capabilities = Capabilities(full_logits=True, deterministic_seed=True)
+
+    def __init__(self, config: RunConfig, *, speculative: bool) -> None:
+        self.config = config
+        self.path = "speculative" if speculative else "baseline"
+        self._draft: GGUFDraftModel | None = None
+        self._draft_llm: Any = None
+        if speculative:
+            self._draft_llm = _load_llama(config.draft.path, config, logits_all=False)
+            self._draft = GGUFDraftModel(self._draft_llm, config.draft_config)
+        self.llm = _load_llama(
+            config.target.path, config, logits_all=speculative, draft_model=self._draft
+        )
+        self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self._n_vocab: int = self.llm.n_vocab()
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        arch = self.llm.metadata.get("general.architecture", "")
+        self._template: str | None = template
+        self._builtin_template = None if template else _BUILTIN_TEMPLATES.get(arch)
+        self._formatter: Jinja2ChatFormatter | None = None
+        if template:
+            specials = self.llm._model
+            self._formatter = Jinja2ChatFormatter(
+                template=template,
+                eos_token=specials.token_get_text(self.llm.token_eos()),
+                bos_token=specials.token_get_text(self.llm.token_bos()),
+            )
+
+    # -- prompts -----------------------------------------------------------------------------
+    def prompt_tokens(self, prompt: Prompt) -> list[int]:
+        if prompt.messages is None:
+            assert prompt.text is not None
+            return list(self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=True))
+        if self._formatter is not None:
+            messages: Any = [{"role": r, "content": c} for r, c in prompt.messages]
+            rendered = self._formatter(messages=messages).prompt
+        elif self._builtin_template is not None:
+            rendered = _apply_builtin_template(self._builtin_template, prompt.messages)
+        else:
+            raise ModelError(
+                f"prompt {prompt.key!r} is a chat but {self.config.target.path!r} has no chat "
+                "template (tokenizer.chat_template) and llama.cpp has no built-in one for its "
+                "architecture; give the prompt as 'text' instead"
+            )
+        # The template writes the BOS token itself.
+        return list(self.llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True))
+
+    def token_text(self, token: int) -> str:
+        raw: bytes = self.llm.detokenize([token], special=True)
+        return raw.decode("utf-8", errors="replace")
+
+    # -- generation --------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt_tokens: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        seed: int | None,
+        max_tokens: int,
+    ) -> Generation:
+        llm = self.llm
+        n_prompt = len(prompt_tokens)
+        if n_prompt + max_tokens + self.config.draft_config.draft_max + 1 > llm.n_ctx():
+            raise EngineError(
+                f"{n_prompt} prompt tokens + max_tokens {max_tokens} + draft_max "
+                f"{self.config.draft_config.draft_max} do not fit n_ctx {llm.n_ctx()}"
+            )
+        if self._draft is not None:
+            self._draft.calls.clear()
+        llm.set_seed(seed if seed is not None else 1)
+        llm.reset()  # evaluate the whole prompt afresh: no prefix reuse between prompts
+        rows = np.empty((max_tokens, self._n_vocab), dtype=np.float32)
+        tokens: list[int] = []
+        stop_reason = "length"
+        t0 = time.perf_counter()
+        t_first = t0
+        gen = llm.generate(
+            list(prompt_tokens),
+            temp=sampling.temp,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            typical_p=sampling.typical_p,
+            repeat_penalty=sampling.repeat_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            presence_penalty=sampling.presence_penalty,
+            reset=True,
+        )
+        try:
+            for token in gen:
+                k = len(tokens)
+                if k == 0:
+                    t_first = time.perf_counter()
+                # The row the sampler just used: with logits_all it is stored at the position
+                # of the last token before this one; without, it is the context's last row.
+                rows[k] = llm.scores[n_prompt - 1 + k] if self._draft else _last_row(llm)
+                tokens.append(int(token))
+                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                    stop_reason = "eos"
+                    break
+                if len(tokens) >= max_tokens:
+                    break
+        except (RuntimeError, ctypes.ArgumentError) as exc:
+            raise EngineError(
+                f"llama.cpp failed while generating on the {self.path} path: {exc}"
+            ) from None
+        finally:
+            gen.close()
+        t_end = time.perf_counter()
+        n = len(tokens)
+        pieces = tuple(self.token_text(t) for t in tokens)
+        text = bytes(llm.detokenize(tokens, special=True)).decode("utf-8", errors="replace")
+        k_rec = self.config.top_k_record
+        return Generation(
+            path=self.path,
+            prompt_tokens=tuple(int(t) for t in prompt_tokens),
+            tokens=tuple(tokens),
+            pieces=pieces,
+            text=text,
+            stop_reason=stop_reason,
+            alternatives=tuple(TokenAlternatives.from_row(rows[i], k_rec) for i in range(n)),
+            t_prompt_s=t_first - t0,
+            t_decode_s=t_end - t_first,
+            draft_steps=self._draft_steps(n_prompt, tokens),
+            seed=seed,
+            logits=rows[:n],
+        )
+
+    def _draft_steps(self, n_prompt: int, tokens: Sequence[int]) -> tuple[DraftStep, ...]:
+        """Accepted counts, from what the target finally emitted after each drafting call."""
+        if self._draft is None:
+            return ()
+        steps = []
+        for n_ctx_at_call, drafted in self._draft.calls:
+            pos = n_ctx_at_call - n_prompt
+            accepted = 0
+            for offset, tok in enumerate(drafted):
+                if pos + offset >= len(tokens) or tokens[pos + offset] != tok:
+                    break
+                accepted += 1
+            truncated = accepted < len(drafted) and pos + accepted >= len(tokens)
+            steps.append(DraftStep(pos, len(drafted), accepted, truncated))
+        return tuple(steps)
+
+    # -- facts -------------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        cfg = self.config
+        target = read_gguf_info(cfg.target.path)
+        fp: dict[str, Any] = {
+            "engine": "llamacpp",
+            "path": self.path,
+            "llama_cpp_python": llama_cpp.__version__,
+            "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+            "target_sha256": target.sha256,
+            "target_quant": target.quant,
+            "n_ctx": cfg.n_ctx,
+            "n_batch": cfg.n_batch,
+            "n_ubatch": cfg.n_ubatch,
+            "n_threads": cfg.n_threads,
+            "flash_attn": cfg.flash_attn,
+            "kv_type": "f16",
+            "logits_all": self._draft is not None,
+            "chat_template": _sha(self._template) or f"builtin:{self._builtin_template}",
+            "sampler_chain": "penalties,top_k,typical,top_p,min_p,temp,dist",
+        }
+        if self._draft is not None:
+            draft = read_gguf_info(cfg.draft.path)
+            fp["draft_sha256"] = draft.sha256
+            fp["draft_quant"] = draft.quant
+            fp["draft_config"] = cfg.draft_config.to_dict()
+        return fp
+
+    def close(self) -> None:
+        for llm in (self.llm, self._draft_llm):
+            if llm is not None:
+                llm.close()
+
+
+def _apply_builtin_template(name: str, messages: Sequence[tuple[str, str]]) -> str:
+    """Render ``messages`` with one of llama.cpp's built-in chat templates."""
+    encoded = [(role.encode(), content.encode()) for role, content in messages]
+    chat = (llama_cpp.llama_chat_message * len(encoded))(
+        *(llama_cpp.llama_chat_message(role=r, content=c) for r, c in encoded)
+    )
+    size = 2 * sum(len(r) + len(c) for r, c in encoded) + 256
+    buf = ctypes.create_string_buffer(size)
+    n = llama_cpp.llama_chat_apply_template(name.encode(), chat, len(encoded), True, buf, size)
+    if n > size:  # the first guess was short: llama.cpp says how much it needs
+        size = n + 1
+        buf = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_chat_apply_template(name.encode(), chat, len(encoded), True, buf, size)
+    if n < 0:
+        raise ModelError(f"llama.cpp's built-in chat template {name!r} failed (code {n})")
+    return bytes(buf.raw[:n]).decode("utf-8")
+
+
+def _sha(text: str | None) -> str | None:
+    if text is None:
+        return None
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def make_engine(config: RunConfig, *, speculative: bool) -> LlamaCppEngine:
+    """The built-in engine factory."""
+    return LlamaCppEngine(config, speculative=speculative)

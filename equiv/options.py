@@ -1,0 +1,215 @@
+"""The run options, defined once and shared by the command line and the pytest plugin.
+
+Each `Option` becomes ``--name`` for ``equiv run`` and ``--equiv-name`` for pytest, and the same
+key in a TOML config (``[tool.equiv]``, with dashes or underscores). `build_config` turns the values
+into a `RunConfig`, resolving the model pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig, load_toml
+from equiv.errors import ConfigError
+from equiv.models import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS, ModelPair, resolve_pair
+
+__all__ = ["RUN_OPTIONS", "Option", "add_arguments", "build_config", "merge_toml"]
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    help: str
+    type: Callable[[str], Any] = str
+    default: Any = None
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    flag: bool = False  # a store_true switch
+    multiple: bool = False  # may be given several times (and as a comma list)
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+def _seeds(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--seeds {value}: give a count >= 1 (e.g. 64)")
+    return value
+
+
+RUN_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "config", "TOML file with these options ([tool.equiv] table or top level)", metavar="TOML"
+    ),
+    Option("target", "target GGUF (default: the bundled Gemma 3 270M Q4_K_M)", metavar="GGUF"),
+    Option(
+        "draft", "draft GGUF (default: the target requantized to --draft-quant)", metavar="GGUF"
+    ),
+    Option(
+        "draft-quant",
+        f"quant type of the derived default draft (default {DEFAULT_DRAFT_QUANT})",
+        default=DEFAULT_DRAFT_QUANT,
+        choices=tuple(DRAFT_QUANTS),
+    ),
+    Option(
+        "suite",
+        "suite name or .jsonl path; repeatable (default: all built-in suites)",
+        metavar="SUITE",
+        multiple=True,
+    ),
+    Option(
+        "prompt",
+        "only prompts whose suite/id matches this glob; repeatable",
+        metavar="GLOB",
+        multiple=True,
+    ),
+    Option(
+        "mode",
+        "temp0: bit-for-bit at temperature 0; sampling: distributions over seeds",
+        default="temp0",
+        choices=tuple(m.value for m in Mode),
+    ),
+    Option("max-tokens", "override every prompt's max_tokens", type=int, metavar="N"),
+    Option(
+        "draft-max",
+        "most tokens drafted per step (llama.cpp --draft-max)",
+        type=int,
+        default=16,
+        metavar="N",
+    ),
+    Option(
+        "draft-min",
+        "fewest tokens worth drafting (llama.cpp --draft-min)",
+        type=int,
+        default=0,
+        metavar="N",
+    ),
+    Option(
+        "draft-p-min",
+        "stop drafting below this draft probability (llama.cpp --draft-p-min)",
+        type=float,
+        default=0.75,
+        metavar="P",
+    ),
+    Option("n-ctx", "context size of both paths", type=int, default=2048, metavar="N"),
+    Option("n-batch", "logical batch size", type=int, default=512, metavar="N"),
+    Option("n-ubatch", "physical batch size", type=int, default=512, metavar="N"),
+    Option("threads", "CPU threads (default: all cores)", type=int, metavar="N"),
+    Option("flash-attn", "enable flash attention on both paths", flag=True),
+    Option("temp", "sampling temperature (sampling mode)", type=float, default=0.8, metavar="T"),
+    Option("top-k", "top-k (0 disables)", type=int, default=40, metavar="K"),
+    Option("top-p", "top-p in (0, 1]", type=float, default=0.95, metavar="P"),
+    Option("min-p", "min-p in [0, 1]", type=float, default=0.05, metavar="P"),
+    Option("repeat-penalty", "repeat penalty (1 = none)", type=float, default=1.0, metavar="R"),
+    Option(
+        "seeds", "number of seeds per prompt in sampling mode", type=_seeds, default=32, metavar="N"
+    ),
+    Option(
+        "seed-start",
+        "first seed (seeds are consecutive; 0 is refused: it means random)",
+        type=int,
+        default=1,
+        metavar="S",
+    ),
+    Option(
+        "engine", "'llamacpp' or a user factory 'module:attr'", default="llamacpp", metavar="ENGINE"
+    ),
+)
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser, options: tuple[Option, ...] = RUN_OPTIONS
+) -> None:
+    for opt in options:
+        if opt.flag:
+            parser.add_argument(f"--{opt.name}", action="store_true", default=None, help=opt.help)
+        elif opt.multiple:
+            parser.add_argument(
+                f"--{opt.name}", action="append", metavar=opt.metavar, help=opt.help
+            )
+        else:
+            parser.add_argument(
+                f"--{opt.name}",
+                type=opt.type,
+                metavar=opt.metavar,
+                choices=opt.choices,
+                default=None,
+                help=f"{opt.help}" + (f" [{opt.default}]" if opt.default else ""),
+            )
+
+
+def merge_toml(
+    values: Mapping[str, Any], options: tuple[Option, ...] = RUN_OPTIONS
+) -> dict[str, Any]:
+    """Explicit values win over the TOML file named by ``config``, which wins over defaults."""
+    merged: dict[str, Any] = {}
+    toml: dict[str, Any] = {}
+    if values.get("config"):
+        toml = {k.replace("-", "_"): v for k, v in load_toml(values["config"]).items()}
+    known = {o.dest for o in options}
+    unknown = sorted(set(toml) - known - {"fail_on", "max_drift_rate", "report"})
+    if unknown:
+        raise ConfigError(f"unknown option(s) in {values['config']!r}: {', '.join(unknown)}")
+    for opt in options:
+        value = values.get(opt.dest)
+        if value is None:
+            value = toml.get(opt.dest)
+        if value is None:
+            value = opt.default
+        if opt.multiple:
+            value = _split_list(value)
+        merged[opt.dest] = value
+    return merged
+
+
+def _split_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
+def build_config(values: Mapping[str, Any]) -> tuple[RunConfig, ModelPair]:
+    """A `RunConfig` from merged option values; resolves (and if needed derives) the models."""
+    v = merge_toml(values)
+    pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"])
+    mode = Mode(v["mode"])
+    sampling = (
+        SamplingConfig(temp=0.0)
+        if mode is Mode.TEMP0
+        else SamplingConfig(
+            temp=v["temp"],
+            top_k=v["top_k"],
+            top_p=v["top_p"],
+            min_p=v["min_p"],
+            repeat_penalty=v["repeat_penalty"],
+        )
+    )
+    seeds: tuple[int, ...] = ()
+    if mode is Mode.SAMPLING:
+        seeds = tuple(range(v["seed_start"], v["seed_start"] + v["seeds"]))
+    extra = {} if v["threads"] is None else {"n_threads": v["threads"]}
+    config = RunConfig(
+        target=pair.target,
+        draft=pair.draft,
+        suites=tuple(v["suite"]),
+        mode=mode,
+        sampling=sampling,
+        draft_config=DraftConfig(
+            draft_max=v["draft_max"], draft_min=v["draft_min"], p_min=v["draft_p_min"]
+        ),
+        seeds=seeds,
+        max_tokens=v["max_tokens"],
+        n_ctx=v["n_ctx"],
+        n_batch=v["n_batch"],
+        n_ubatch=v["n_ubatch"],
+        flash_attn=bool(v["flash_attn"]),
+        engine=v["engine"],
+        **extra,
+    )
+    return config, pair

@@ -1,0 +1,240 @@
+"""Running a plan: every prompt through the baseline and the speculative path, each result
+appended to the results file the moment it is finished, so a rerun with ``resume`` continues.
+
+The runner asks, records and compares; it computes no statistics and decides no verdicts.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from equiv import __version__
+from equiv.compare import compare
+from equiv.config import Mode, RunConfig
+from equiv.engines.base import Engine, EngineFactory
+from equiv.errors import ConfigError, PromptError
+from equiv.prompts import Prompt
+from equiv.results import ResultsFile
+
+__all__ = [
+    "SELF_DRAFT_MIN_ACCEPTANCE",
+    "PlanItem",
+    "Runner",
+    "plan",
+]
+
+SELF_DRAFT_MIN_ACCEPTANCE = 0.98
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    prompt: Prompt
+    mode: Mode
+    seed: int | None
+    max_tokens: int
+
+    @property
+    def key(self) -> str:
+        suffix = "temp0" if self.seed is None else f"seed{self.seed}"
+        return f"{self.prompt.key}::{suffix}"
+
+
+def plan(prompts: Sequence[Prompt], config: RunConfig) -> list[PlanItem]:
+    """Prompts x (temp 0 | seeds), in suite order."""
+    seeds: Sequence[int | None] = (None,) if config.mode is Mode.TEMP0 else config.seeds
+    return [
+        PlanItem(p, config.mode, seed, config.max_tokens or p.max_tokens)
+        for p in prompts
+        for seed in seeds
+    ]
+
+
+ProgressFn = Callable[[PlanItem, dict[str, Any], int, int], None]
+
+
+class Runner:
+    """Owns the two engines of one run and the results file they fill."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        factory: EngineFactory,
+        results_path: str | Path,
+        *,
+        extra_header: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.results = ResultsFile(results_path)
+        self.extra_header = extra_header or {}
+        self.baseline: Engine = factory(config, speculative=False)
+        self.speculative: Engine = factory(config, speculative=True)
+
+    def close(self) -> None:
+        self.baseline.close()
+        self.speculative.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- preparation -------------------------------------------------------------------------
+    def tokenize(self, items: Sequence[PlanItem]) -> dict[str, list[int]]:
+        """Every prompt's tokens, checked against the context before anything runs."""
+        n_ctx = self.config.n_ctx
+        room = self.config.draft_config.draft_max + 1
+        tokens: dict[str, list[int]] = {}
+        for item in items:
+            key = item.prompt.key
+            if key in tokens:
+                continue
+            ids = self.baseline.prompt_tokens(item.prompt)
+            if ids != self.speculative.prompt_tokens(item.prompt):
+                raise PromptError(
+                    f"prompt {key!r} tokenizes differently on the two paths; "
+                    "the target of both must be the same model file"
+                )
+            need = len(ids) + item.max_tokens + room
+            if need > n_ctx:
+                raise PromptError(
+                    f"prompt {key!r} has {len(ids)} tokens; with max_tokens {item.max_tokens} and "
+                    f"draft_max {room - 1} it needs n_ctx >= {need}, but n_ctx is {n_ctx}. "
+                    f"Raise --n-ctx to {need} or more, or lower --max-tokens; "
+                    "equiv never truncates a prompt silently"
+                )
+            tokens[key] = ids
+        return tokens
+
+    def _check_resume(self, header: dict[str, Any]) -> None:
+        old = self.results.header()
+        if old.get("config") != header["config"]:
+            changed = sorted(
+                k
+                for k in set(old.get("config", {})) | set(header["config"])
+                if old.get("config", {}).get(k) != header["config"].get(k)
+            )
+            raise ConfigError(
+                f"cannot resume {self.results.path}: it was run with a different configuration "
+                f"(differs in: {', '.join(changed)}); rerun with the same options, "
+                "or start a new run in another --out directory"
+            )
+
+    # -- running -----------------------------------------------------------------------------
+    def run(
+        self,
+        items: Sequence[PlanItem],
+        *,
+        resume: bool = False,
+        command: str = "",
+        on_result: ProgressFn | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run what is not done yet; returns the new result records."""
+        header = {
+            "equiv": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": command,
+            "python": sys.version.split()[0],
+            "config": self.config.to_dict(),
+            "fingerprints": {
+                "baseline": self.baseline.fingerprint(),
+                "speculative": self.speculative.fingerprint(),
+            },
+            "capabilities": {
+                "baseline": self.baseline.capabilities.to_dict(),
+                "speculative": self.speculative.capabilities.to_dict(),
+            },
+            **self.extra_header,
+        }
+        if self.results.exists():
+            if not resume:
+                raise ConfigError(
+                    f"{self.results.path} already holds results; pass --resume to continue it, "
+                    "or choose another --out directory"
+                )
+            self._check_resume(header)
+            done = self.results.done_keys()
+        else:
+            self.results.write_header(header)
+            done = set()
+        todo = [item for item in items if item.key not in done]
+        prompt_tokens = self.tokenize(todo)
+        records: list[dict[str, Any]] = []
+        for index, item in enumerate(todo):
+            record = self._run_item(item, prompt_tokens[item.prompt.key])
+            self.results.append_result(record)
+            records.append(record)
+            if index == 0 and not done:
+                self._determinism_control(item, prompt_tokens[item.prompt.key], record)
+            if on_result is not None:
+                on_result(item, record, index + 1, len(todo))
+        self._self_draft_control()
+        return records
+
+    def _run_item(self, item: PlanItem, tokens: list[int]) -> dict[str, Any]:
+        sampling = self.config.sampling
+        base = self.baseline.generate(
+            tokens, sampling=sampling, seed=item.seed, max_tokens=item.max_tokens
+        )
+        spec = self.speculative.generate(
+            tokens, sampling=sampling, seed=item.seed, max_tokens=item.max_tokens
+        )
+        comparison = compare(base, spec)
+        return {
+            "key": item.key,
+            "suite": item.prompt.suite,
+            "prompt_id": item.prompt.id,
+            "mode": item.mode.value,
+            "seed": item.seed,
+            "prompt": item.prompt.to_dict(),
+            "baseline": base.to_dict(),
+            "speculative": spec.to_dict(),
+            "comparison": comparison.to_dict(),
+        }
+
+    def _determinism_control(
+        self, item: PlanItem, tokens: list[int], first: dict[str, Any]
+    ) -> None:
+        """The baseline run twice must give the same tokens, or no comparison means anything."""
+        again = self.baseline.generate(
+            tokens, sampling=self.config.sampling, seed=item.seed, max_tokens=item.max_tokens
+        )
+        ok = list(again.tokens) == first["baseline"]["tokens"]
+        self.results.append_event(
+            {
+                "event": "determinism",
+                "ok": ok,
+                "key": item.key,
+                "detail": "baseline repeated on the first prompt gave identical tokens"
+                if ok
+                else "baseline repeated on the first prompt gave DIFFERENT tokens: the engine is "
+                "not deterministic, so differences cannot be blamed on speculative decoding",
+            }
+        )
+
+    def _self_draft_control(self) -> None:
+        if not self.config.self_draft or self.config.mode is not Mode.TEMP0:
+            return
+        drafted = accepted = 0
+        for record in self.results.results():
+            for step in record["speculative"]["draft_steps"]:
+                if not step[3]:
+                    drafted += step[1]
+                    accepted += step[2]
+        rate = accepted / drafted if drafted else None
+        ok = rate is not None and rate >= SELF_DRAFT_MIN_ACCEPTANCE
+        self.results.append_event(
+            {
+                "event": "self-draft",
+                "ok": ok,
+                "acceptance": rate,
+                "detail": f"self-draft acceptance {rate:.4f} (needs >= {SELF_DRAFT_MIN_ACCEPTANCE})"
+                if rate is not None
+                else "self-draft drafted no tokens",
+            }
+        )

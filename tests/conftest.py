@@ -1,0 +1,93 @@
+"""Shared fixtures: tiny GGUF files built on the fly with `gguf.GGUFWriter`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+
+#: A small SentencePiece-style vocabulary: specials at 0-4, then plain pieces.
+DEFAULT_VOCAB: tuple[str, ...] = (
+    "<unk>",
+    "<s>",
+    "</s>",
+    "<pad>",
+    "<mask>",
+    *(f"tok{i}" for i in range(5, 40)),
+)
+
+#: The tensor every built file carries, so it has real tensor data (4 x 8 F32 = 128 bytes).
+TENSOR_NAME = "token_embd.weight"
+TENSOR_BYTES = 4 * 8 * 4
+
+MakeGGUF = Callable[..., Path]
+
+_WRITERS: dict[type, Callable[[gguf.GGUFWriter, str, Any], None]] = {
+    bool: gguf.GGUFWriter.add_bool,
+    int: gguf.GGUFWriter.add_uint32,
+    float: gguf.GGUFWriter.add_float32,
+    str: gguf.GGUFWriter.add_string,
+    list: gguf.GGUFWriter.add_array,
+}
+
+
+def build_gguf(
+    path: Path,
+    *,
+    vocab: Sequence[str] | None = DEFAULT_VOCAB,
+    model: str | None = "llama",
+    bos: int | None = 1,
+    eos: int | None = 2,
+    add_bos: bool | None = True,
+    add_eos: bool | None = False,
+    arch: str = "llama",
+    name: str | None = "tiny test model",
+    file_type: int | None = int(gguf.LlamaFileType.MOSTLY_Q4_K_M),
+    context_length: int | None = 2048,
+    extra_kv: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a tiny but complete GGUF file; a None argument leaves its key out."""
+    writer = gguf.GGUFWriter(path, arch)
+    if name is not None:
+        writer.add_name(name)
+    if file_type is not None:
+        writer.add_file_type(file_type)
+    if context_length is not None:
+        writer.add_context_length(context_length)
+    if model is not None:
+        writer.add_tokenizer_model(model)
+    if vocab is not None:
+        writer.add_token_list(list(vocab))
+    if bos is not None:
+        writer.add_bos_token_id(bos)
+    if eos is not None:
+        writer.add_eos_token_id(eos)
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        writer.add_add_eos_token(add_eos)
+    for key, value in (extra_kv or {}).items():
+        _WRITERS[type(value)](writer, key, value)
+    writer.add_tensor(TENSOR_NAME, np.arange(32, dtype=np.float32).reshape(4, 8))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.fixture
+def make_gguf(tmp_path: Path) -> MakeGGUF:
+    """Factory: ``make_gguf("draft.gguf", vocab=..., bos=..., extra_kv={...})`` -> its path.
+
+    Keyword arguments are those of `build_gguf`; the file lands in the test's tmp_path.
+    """
+
+    def make(filename: str = "model.gguf", **kwargs: Any) -> Path:
+        return build_gguf(tmp_path / filename, **kwargs)
+
+    return make
