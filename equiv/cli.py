@@ -113,7 +113,9 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             )
             return EXIT_INTERRUPTED
     summary = summarize(runner.results.results(), runner.results.events())
-    print_summary(summary, Console(), results_path=results_path)
+    # Logs and pipes get a fixed width, wide enough that no column header is cut.
+    stdout = Console() if sys.stdout.isatty() else Console(width=120)
+    print_summary(summary, stdout, results_path=results_path)
     return EXIT_CONTROL_FAILED if summary.failed_controls else 0
 
 

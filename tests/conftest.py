@@ -91,3 +91,33 @@ def make_gguf(tmp_path: Path) -> MakeGGUF:
         return build_gguf(tmp_path / filename, **kwargs)
 
     return make
+
+
+# -- the real default model pair (tests marked `model`) -------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def model_pair() -> Any:
+    """The bundled Gemma 3 270M Q4_K_M target and its derived Q4_0 draft (built once, cached)."""
+    from equiv.models import resolve_pair
+
+    return resolve_pair()
+
+
+@pytest.fixture(scope="session")
+def temp0_config(model_pair: Any) -> Any:
+    from equiv.config import RunConfig
+
+    return RunConfig(target=model_pair.target, draft=model_pair.draft, max_tokens=24)
+
+
+@pytest.fixture(scope="session")
+def engines(temp0_config: Any) -> Any:
+    """Baseline and speculative llama.cpp engines over the default pair, loaded once."""
+    from equiv.engines.llamacpp import make_engine
+
+    baseline = make_engine(temp0_config, speculative=False)
+    speculative = make_engine(temp0_config, speculative=True)
+    yield baseline, speculative
+    baseline.close()
+    speculative.close()

@@ -148,6 +148,7 @@ class LlamaCppEngine:
             config.target.path, config, logits_all=speculative, draft_model=self._draft
         )
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._n_vocab: int = self.llm.n_vocab()
         template = self.llm.metadata.get("tokenizer.chat_template")
         arch = self.llm.metadata.get("general.architecture", "")
@@ -178,8 +179,13 @@ class LlamaCppEngine:
                 "template (tokenizer.chat_template) and llama.cpp has no built-in one for its "
                 "architecture; give the prompt as 'text' instead"
             )
-        # The template writes the BOS token itself.
-        return list(self.llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True))
+        ids = list(self.llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True))
+        # Jinja templates usually write the BOS text themselves, llama.cpp's built-in ones never:
+        # either way the model gets exactly one BOS when its vocabulary asks for one.
+        bos = self.llm.token_bos()
+        if self._add_bos and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        return ids
 
     def token_text(self, token: int) -> str:
         raw: bytes = self.llm.detokenize([token], special=True)

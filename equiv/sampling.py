@@ -1,0 +1,266 @@
+"""llama.cpp's sampler chain as pure numpy: the exact distribution a logits row implies.
+
+llama-cpp-python 0.3.x builds its chain in ``Llama._init_sampler`` (mirostat off, no grammar)::
+
+    temp > 0:   penalties -> top_k -> typical -> top_p -> min_p -> temp -> dist
+    temp == 0:  penalties -> greedy
+
+Each stage below follows ``src/llama-sampling.cpp`` of the llama.cpp it vendors (read to learn the
+semantics, no code taken). With ``l`` the logits of the tokens still in the candidate set ``S``:
+
+- penalties: for each token with count ``c > 0`` in the window, ``l <- l * r`` if ``l <= 0`` else
+  ``l / r``, then ``l <- l - c * freq - presence``; a no-op when ``r == 1`` and ``freq == presence
+  == 0``. The window is the last ``penalty_last_n`` tokens the sampler *accepted*; in
+  llama-cpp-python that is the generated tokens only (prompt tokens are never accepted) and
+  ``penalty_last_n = last_n_tokens_size`` (64 by default). The caller slices the window.
+- top_k: ``k <= 0`` is a no-op; otherwise keep the ``min(k, |S|)`` largest logits.
+- typical (locally typical sampling, Meister et al. 2023): a no-op when ``typical_p >= 1``.
+  Otherwise ``p = softmax(l)``, ``H = -sum p log p``; order ``S`` by ``|-log p - H|`` ascending
+  and keep the shortest prefix whose cumulative ``p`` is *strictly* greater than ``typical_p`` and
+  that holds at least ``min_keep`` tokens (all of ``S`` if none is).
+- top_p (nucleus, Holtzman et al. 2020): a no-op when ``top_p >= 1``. Otherwise ``p =
+  softmax(l)`` on the *untempered* logits (temp comes later in the chain); order by ``p``
+  descending and keep the shortest prefix with cumulative ``p >= top_p`` and at least ``min_keep``
+  tokens (all of ``S`` if none is).
+- min_p: a no-op when ``min_p <= 0``. Otherwise keep ``l >= max(l) + log(min_p)``, i.e.
+  ``p_i >= min_p * p_max`` on the untempered softmax; if fewer than ``min_keep`` pass, keep the
+  ``min_keep`` largest.
+- temp and dist: ``P(i) = exp(l_i / temp) / sum_{j in S} exp(l_j / temp)`` for ``i`` in ``S``, 0
+  elsewhere.
+- greedy: the first index of the maximum logit over the whole vocabulary (strict ``>`` scan).
+
+Edge cases resolved here, where llama.cpp leaves the answer to its arithmetic:
+
+- Ties. llama.cpp orders candidates with ``std::partial_sort`` / ``std::sort``, which are not
+  stable, so when tied logits straddle a top_k, top_p or typical cut, *which* tied token survives
+  is unspecified. We break every tie by ascending token id.
+- Precision. llama.cpp works in float32; we work in float64. A cut whose cumulative sum or ratio
+  lies within float32 rounding (~1e-7) of its threshold can fall on the other side.
+- ``-inf`` logits (e.g. from a grammar or logit bias) get probability 0; in typical sampling we
+  take ``0 * log 0 = 0`` for the entropy, where llama.cpp's float arithmetic would yield NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.errors import ConfigError
+
+__all__ = [
+    "apply_penalties",
+    "chain_probs",
+    "pit_position",
+    "validate_sampling",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.intp]
+
+
+def validate_sampling(
+    *,
+    temp: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    typical_p: float,
+    repeat_penalty: float,
+) -> None:
+    """Raise `ConfigError` naming the first sampling parameter outside its valid range.
+
+    Valid: ``temp >= 0`` (0 is greedy), ``top_k >= 0`` (0 disables), ``0 < top_p <= 1``,
+    ``0 <= min_p <= 1``, ``0 < typical_p <= 1``, ``repeat_penalty > 0``. NaN is never valid.
+    """
+    if not temp >= 0.0:
+        raise ConfigError(
+            f"temp={temp!r} is negative or NaN; pass 0 for greedy decoding "
+            "or a positive value such as 0.8"
+        )
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+        raise ConfigError(f"top_k={top_k!r} is not an integer; pass an integer such as 40")
+    if top_k < 0:
+        raise ConfigError(
+            f"top_k={top_k!r} is negative; pass 0 to disable top-k or a count such as 40"
+        )
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(
+            f"top_p={top_p!r} is outside (0, 1]; pass a value such as 0.95 (1.0 disables it)"
+        )
+    if not 0.0 <= min_p <= 1.0:
+        raise ConfigError(
+            f"min_p={min_p!r} is outside [0, 1]; pass a value such as 0.05 (0 disables it)"
+        )
+    if not 0.0 < typical_p <= 1.0:
+        raise ConfigError(
+            f"typical_p={typical_p!r} is outside (0, 1]; pass 1.0 to disable typical sampling "
+            "or a value such as 0.9"
+        )
+    if not repeat_penalty > 0.0:
+        raise ConfigError(
+            f"repeat_penalty={repeat_penalty!r} is not positive; pass 1.0 to disable it "
+            "or a value such as 1.1"
+        )
+
+
+def _row(logits: npt.ArrayLike) -> FloatArray:
+    """One logits row as float64, checked: 1-D, non-empty, no NaN or +inf, one finite entry."""
+    x = np.array(logits, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"expected one non-empty logits row, got an array of shape {x.shape}")
+    if np.isnan(x).any() or np.isposinf(x).any():
+        raise ValueError("logits contain NaN or +inf; check the engine's logits buffer")
+    if not np.isfinite(x).any():
+        raise ValueError("every logit is -inf; no token can be sampled")
+    return x
+
+
+def apply_penalties(
+    logits: npt.ArrayLike,
+    recent_tokens: Sequence[int] | npt.NDArray[np.integer],
+    *,
+    repeat_penalty: float,
+    frequency_penalty: float,
+    presence_penalty: float,
+) -> FloatArray:
+    """Return a float64 copy of ``logits`` with llama.cpp's repetition penalties applied.
+
+    For each distinct token ``t`` in ``recent_tokens`` with count ``c``::
+
+        l_t <- l_t * repeat_penalty   if l_t <= 0   else   l_t / repeat_penalty
+        l_t <- l_t - c * frequency_penalty - presence_penalty
+
+    (``llama_sampler_penalties_apply``). A no-op when ``repeat_penalty == 1`` and both other
+    penalties are 0. ``recent_tokens`` is the penalty window: the caller passes the last
+    ``penalty_last_n`` accepted tokens (see the module docstring).
+    """
+    if not repeat_penalty > 0.0:
+        raise ConfigError(
+            f"repeat_penalty={repeat_penalty!r} is not positive; pass 1.0 to disable it "
+            "or a value such as 1.1"
+        )
+    x = _row(logits)
+    if repeat_penalty == 1.0 and frequency_penalty == 0.0 and presence_penalty == 0.0:
+        return x
+    tokens = np.asarray(recent_tokens, dtype=np.int64).reshape(-1)
+    if tokens.size == 0:
+        return x
+    if tokens.min() < 0 or tokens.max() >= x.size:
+        bad = int(tokens[(tokens < 0) | (tokens >= x.size)][0])
+        raise ValueError(f"recent token id {bad} is outside the vocabulary [0, {x.size})")
+    ids, counts = np.unique(tokens, return_counts=True)
+    sel = x[ids]
+    sel = np.where(sel <= 0.0, sel * repeat_penalty, sel / repeat_penalty)
+    sel = sel - counts * frequency_penalty - presence_penalty
+    x[ids] = sel
+    return x
+
+
+def _ranked(x: FloatArray, ids: IntArray) -> IntArray:
+    """``ids`` ordered by logit descending, ties by ascending id."""
+    ids = np.sort(ids)
+    return ids[np.argsort(-x[ids], kind="stable")]
+
+
+def _softmax(z: FloatArray) -> FloatArray:
+    """``exp(z - max z) / sum``; ``-inf`` entries get 0."""
+    e = np.exp(z - z.max())
+    out: FloatArray = e / e.sum()
+    return out
+
+
+def _prefix_len(cum: FloatArray, hit: npt.NDArray[np.bool_], min_keep: int) -> int:
+    """Length of the shortest prefix whose last index satisfies ``hit`` and ``i + 1 >= min_keep``;
+    the whole array if there is none."""
+    ok = hit & (np.arange(1, cum.size + 1) >= min_keep)
+    return int(np.argmax(ok)) + 1 if ok.any() else int(cum.size)
+
+
+def _typical(x: FloatArray, keep: IntArray, typical_p: float, min_keep: int) -> IntArray:
+    p = _softmax(x[keep])
+    pos = p > 0.0
+    logp = np.full(p.shape, -np.inf)
+    logp[pos] = np.log(p[pos])
+    entropy = float(-np.sum(p[pos] * logp[pos]))
+    shifted = np.abs(-logp - entropy)
+    order = np.argsort(shifted, kind="stable")
+    cum = np.cumsum(p[order])
+    n = _prefix_len(cum, cum > typical_p, min_keep)
+    return keep[order[:n]]
+
+
+def _top_p(x: FloatArray, keep: IntArray, top_p: float, min_keep: int) -> IntArray:
+    keep = _ranked(x, keep)
+    cum = np.cumsum(_softmax(x[keep]))
+    return keep[: _prefix_len(cum, cum >= top_p, min_keep)]
+
+
+def _min_p(x: FloatArray, keep: IntArray, min_p: float, min_keep: int) -> IntArray:
+    keep = _ranked(x, keep)
+    threshold = x[keep[0]] + math.log(min_p)
+    n_pass = int(np.count_nonzero(x[keep] >= threshold))
+    return keep[: max(n_pass, min(min_keep, keep.size))]
+
+
+def chain_probs(
+    logits: npt.ArrayLike,
+    *,
+    temp: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    typical_p: float = 1.0,
+    min_keep: int = 1,
+) -> FloatArray:
+    """The probability of every token id under llama.cpp's chain for one (penalised) logits row.
+
+    Runs top_k -> typical -> top_p -> min_p -> temp -> dist exactly as the module docstring
+    states and returns a float64 vector of the vocabulary's size that sums to 1, with 0 for every
+    token a stage removed. ``temp == 0`` returns the one-hot vector of the greedy token (the first
+    index of the maximum), as llama-cpp-python then uses the greedy sampler alone. Penalties are
+    not applied here: pass the output of `apply_penalties`. ``min_keep`` is 1 in llama-cpp-python.
+    """
+    validate_sampling(
+        temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, typical_p=typical_p, repeat_penalty=1.0
+    )
+    if min_keep < 0:
+        raise ConfigError(f"min_keep={min_keep!r} is negative; pass 1 as llama-cpp-python does")
+    x = _row(logits)
+    out = np.zeros_like(x)
+    if temp == 0.0:
+        out[int(np.argmax(x))] = 1.0
+        return out
+    keep = _ranked(x, np.arange(x.size))
+    if top_k > 0:
+        keep = keep[: min(int(top_k), keep.size)]
+    if typical_p < 1.0:
+        keep = _typical(x, _ranked(x, keep), typical_p, min_keep)
+    if top_p < 1.0:
+        keep = _top_p(x, keep, top_p, min_keep)
+    if min_p > 0.0:
+        keep = _min_p(x, keep, min_p, min_keep)
+    out[keep] = _softmax(x[keep] / temp)
+    return out
+
+
+def pit_position(probs: npt.ArrayLike, token: int) -> tuple[float, float]:
+    """``(F(token-), P(token))`` for the probability integral transform of a discrete draw.
+
+    Tokens are ranked by probability descending, ties by ascending id; ``F(token-)`` is the mass
+    of the tokens ranked strictly before ``token``. Any fixed order makes the randomised PIT
+    ``F(token-) + V * P(token)``, ``V ~ U(0, 1)``, exactly uniform under the null (see
+    `equiv.stats.randomized_pit`); this order makes a bias toward likely tokens push it toward 0.
+    Keeping these two floats per emitted token replaces keeping the whole row.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"expected one non-empty probability row, got shape {p.shape}")
+    if not 0 <= token < p.size:
+        raise ValueError(f"token={token!r} is outside the vocabulary [0, {p.size})")
+    pt = float(p[token])
+    ids = np.arange(p.size)
+    before = (p > pt) | ((p == pt) & (ids < token))
+    return float(np.sum(p[before])), pt

@@ -1,0 +1,399 @@
+"""Distribution tests as small pure functions on counts, samples and probabilities.
+
+Every test returns a frozen `TestResult`; none of them calls a model. Power is reported for the
+chi-square tests from the noncentral chi-square distribution with Cohen's effect size ``w``
+(Cohen 1988, *Statistical Power Analysis for the Behavioral Sciences*, ch. 7)::
+
+    power(n, df, alpha, w) = P[ ncx2(df, lambda = n * w**2) > chi2.ppf(1 - alpha, df) ]
+
+``w = sqrt(sum_i (p1_i - p0_i)**2 / p0_i)`` (Cramer's V for a 2 x K table); Cohen calls 0.1
+small, 0.3 medium, 0.5 large. KS and Mann-Whitney report no power (None): no honest formula.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats as sps
+
+from equiv.errors import ConfigError
+
+__all__ = [
+    "DriftMetrics",
+    "TestResult",
+    "benjamini_hochberg",
+    "chi2_power",
+    "chi2_two_sample",
+    "drift_metrics",
+    "holm",
+    "ks_two_sample",
+    "mann_whitney",
+    "min_detectable_w",
+    "pit_uniformity_test",
+    "randomized_pit",
+]
+
+FloatArray = npt.NDArray[np.float64]
+_KINDS: dict[str, type] = {"str": str, "int": int, "float": float}
+
+
+def _fields_from(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """A dataclass's fields from a JSON record, each coerced to its annotated type."""
+    fields = dataclasses.fields(cls)
+    missing = [f.name for f in fields if f.name not in data]
+    if missing:
+        raise ValueError(f"{cls.__name__} record lacks {missing}; re-run the comparison")
+    kinds = {f.name: _KINDS[str(f.type).split(" | ")[0]] for f in fields}
+    return {k: None if data[k] is None else kinds[k](data[k]) for k in kinds}
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One hypothesis test's outcome; ``rejects`` is ``p_value < alpha``. ``n``: sample size;
+    ``df``: degrees of freedom; ``power``: chance to reject at the effect size ``detail`` names
+    (None if not computable); ``effect``: the observed effect size, of the kind ``detail`` names.
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite its name
+
+    name: str
+    statistic: float
+    p_value: float
+    alpha: float
+    n: int
+    df: int | None
+    power: float | None
+    effect: float | None
+    detail: str
+
+    @property
+    def rejects(self) -> bool:
+        return self.p_value < self.alpha
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TestResult:
+        return cls(**_fields_from(cls, data))
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"alpha={alpha!r} is outside (0, 1); pass a value such as 0.01")
+
+
+def chi2_power(n: int, df: int, *, alpha: float, w: float) -> float:
+    """Power of a chi-square test with ``df`` degrees of freedom and ``n`` observations to
+    detect Cohen's effect size ``w`` at level ``alpha``: ``ncx2.sf(chi2.isf(alpha, df), df,
+    n * w**2)`` (``alpha`` itself when ``n * w**2 == 0``)."""
+    _check_alpha(alpha)
+    if df < 1:
+        raise ValueError(f"df={df!r} must be at least 1")
+    if n < 0 or w < 0:
+        raise ValueError(f"n={n!r} and w={w!r} must be non-negative")
+    crit = float(sps.chi2.isf(alpha, df))
+    nc = n * w * w
+    if nc == 0.0:
+        return alpha
+    return float(sps.ncx2.sf(crit, df, nc))
+
+
+def min_detectable_w(n: int, df: int, *, alpha: float, power: float = 0.95) -> float:
+    """The smallest Cohen's ``w`` that ``n`` observations detect with probability ``power``.
+
+    Solves ``chi2_power(n, df, alpha=alpha, w=w) == power`` for ``lambda = n * w**2`` by
+    bisection (power rises monotonically in lambda), then ``w = sqrt(lambda / n)``. ``inf`` when
+    ``n == 0``; 0 when ``power <= alpha``.
+    """
+    _check_alpha(alpha)
+    if not 0.0 < power < 1.0:
+        raise ConfigError(f"power={power!r} is outside (0, 1); pass a value such as 0.95")
+    if n <= 0:
+        return math.inf
+    if power <= alpha:
+        return 0.0
+    crit = float(sps.chi2.isf(alpha, df))
+
+    def pw(lam: float) -> float:
+        return float(sps.ncx2.sf(crit, df, lam))
+
+    lo, hi = 0.0, 1.0
+    while pw(hi) < power:
+        lo, hi = hi, hi * 2.0
+    while hi - lo > 1e-10 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if pw(mid) < power else (lo, mid)
+    return math.sqrt(hi / n)
+
+
+def _power_detail(n: int, df: int, alpha: float, effect_w: float) -> tuple[float, str]:
+    power = chi2_power(n, df, alpha=alpha, w=effect_w)
+    mdw = min_detectable_w(n, df, alpha=alpha, power=0.95)
+    return power, (
+        f"power {power:.3f} to detect Cohen's w={effect_w:g} at alpha={alpha:g}; "
+        f"minimum detectable w at power 0.95: {mdw:.4f}"
+    )
+
+
+def _not_enough(name: str, alpha: float, n: int, why: str) -> TestResult:
+    return TestResult(name, 0.0, 1.0, alpha, n, None, 0.0, None, f"not enough data: {why}")
+
+
+def randomized_pit(
+    mass_before: npt.ArrayLike, p_token: npt.ArrayLike, rng: np.random.Generator
+) -> FloatArray:
+    """Randomised probability integral transform of discrete draws: ``u = F(x-) + V * P(x)``.
+
+    ``mass_before`` and ``p_token`` come from `equiv.sampling.pit_position`; ``V ~ U(0, 1)``
+    independent. Under H0 "each token is a draw from its stated distribution" every ``u`` is
+    exactly U(0, 1) and independent of the others (Brockwell 2007, *Stat. Probab. Lett.* 77;
+    Czado, Gneiting & Held 2009, *Biometrics* 65). With tokens ranked by probability descending,
+    a sampler biased toward likely tokens (e.g. greedy acceptance) pushes ``u`` toward 0.
+    Results are clipped to [0, 1] against rounding.
+    """
+    mb = np.asarray(mass_before, dtype=np.float64)
+    pt = np.asarray(p_token, dtype=np.float64)
+    if mb.shape != pt.shape:
+        raise ValueError(f"mass_before {mb.shape} and p_token {pt.shape} differ in shape")
+    u: FloatArray = np.clip(mb + rng.random(mb.shape) * pt, 0.0, 1.0)
+    return u
+
+
+def pit_uniformity_test(
+    u: npt.ArrayLike, *, alpha: float, bins: int = 10, effect_w: float = 0.1
+) -> TestResult:
+    """Chi-square goodness of fit of PIT values against U(0, 1).
+
+    H0: the ``u`` are i.i.d. U(0, 1) (the tokens were drawn from the stated distributions). The
+    ``u`` are counted in ``bins`` equal-width bins and compared with ``n / bins`` each
+    (``scipy.stats.chisquare``, ``df = bins - 1``). ``effect`` is the observed Cohen's ``w =
+    sqrt(X2 / n)``; ``power`` is `chi2_power` at ``w = effect_w``, and ``detail`` adds the
+    smallest ``w`` detectable with power 0.95 (`min_detectable_w`).
+    """
+    _check_alpha(alpha)
+    if bins < 2:
+        raise ConfigError(f"bins={bins!r} is below 2; pass a value such as 10")
+    x = np.asarray(u, dtype=np.float64).reshape(-1)
+    if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
+        raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
+    n = int(x.size)
+    name = "pit_uniformity"
+    if n == 0:
+        return _not_enough(name, alpha, 0, "no PIT values")
+    counts, _ = np.histogram(x, bins=bins, range=(0.0, 1.0))
+    res = sps.chisquare(counts)
+    stat = float(res.statistic)
+    df = bins - 1
+    power, pdetail = _power_detail(n, df, alpha, effect_w)
+    rough = "" if n >= 5 * bins else f"; expected {n / bins:.1f} per bin < 5, approximation rough"
+    detail = f"{bins} equal-width bins, counts {counts.tolist()}; effect is Cohen's w; {pdetail}"
+    w = math.sqrt(stat / n)
+    return TestResult(name, stat, float(res.pvalue), alpha, n, df, power, w, detail + rough)
+
+
+def chi2_two_sample(
+    counts_a: Mapping[int, int],
+    counts_b: Mapping[int, int],
+    *,
+    alpha: float,
+    min_expected: float = 5.0,
+    effect_w: float = 0.1,
+) -> TestResult:
+    """Chi-square test of homogeneity of two samples of token ids (a 2 x K contingency table).
+
+    H0: both samples come from the same categorical distribution. Categories whose smaller
+    expected count ``min(n_a, n_b) * col / n`` is below ``min_expected`` are pooled into one
+    "other" bin; while that bin is itself below ``min_expected``, the smallest remaining category
+    joins it. The table is tested with ``scipy.stats.chi2_contingency(correction=False)``,
+    ``df = K - 1``. ``effect`` is the observed Cohen's ``w = sqrt(X2 / n)`` (= Cramer's V);
+    ``power`` is `chi2_power` with ``n = n_a + n_b`` at ``w = effect_w``. With fewer than 2 bins
+    left, the result is p 1.0 and power 0.0 with a detail saying there is not enough data.
+    """
+    _check_alpha(alpha)
+    if not min_expected > 0.0:
+        raise ConfigError(f"min_expected={min_expected!r} is not positive; pass 5.0")
+    keys = sorted(set(counts_a) | set(counts_b))
+    ca = np.array([counts_a.get(k, 0) for k in keys], dtype=np.int64)
+    cb = np.array([counts_b.get(k, 0) for k in keys], dtype=np.int64)
+    if (ca < 0).any() or (cb < 0).any():
+        raise ValueError("counts must be non-negative")
+    na, nb = int(ca.sum()), int(cb.sum())
+    n = na + nb
+    name = "chi2_two_sample"
+    if na == 0 or nb == 0:
+        return _not_enough(name, alpha, n, f"n_a={na}, n_b={nb}; both samples need tokens")
+    col = ca + cb
+    order = np.lexsort((np.arange(col.size), -col))  # largest first, ties by id
+    order = order[col[order] > 0]
+    scale = min(na, nb) / n
+    big = [int(i) for i in order if col[i] * scale >= min_expected]
+    small = [int(i) for i in order if col[i] * scale < min_expected]
+    other_a, other_b = int(ca[small].sum()), int(cb[small].sum())
+    n_pooled = len(small)
+    while small and (other_a + other_b) * scale < min_expected and big:
+        j = big.pop()  # the smallest remaining category
+        other_a, other_b = other_a + int(ca[j]), other_b + int(cb[j])
+        n_pooled += 1
+    rows_a = [int(ca[i]) for i in big] + ([other_a] if n_pooled else [])
+    rows_b = [int(cb[i]) for i in big] + ([other_b] if n_pooled else [])
+    k = len(rows_a)
+    if k < 2:
+        why = f"{len(order)} categories leave {k} bin once those with expected count < "
+        return _not_enough(name, alpha, n, why + f"{min_expected:g} are pooled; collect more")
+    table = np.array([rows_a, rows_b], dtype=np.float64)
+    res = sps.chi2_contingency(table, correction=False)
+    stat = float(res.statistic)
+    df = k - 1
+    power, pdetail = _power_detail(n, df, alpha, effect_w)
+    tv = 0.5 * float(np.abs(table[0] / na - table[1] / nb).sum())
+    detail = (
+        f"{k} bins ({n_pooled} of {len(order)} categories pooled into 'other'); "
+        f"n_a={na}, n_b={nb}; empirical TV {tv:.4f}; effect is Cohen's w; {pdetail}"
+    )
+    w = math.sqrt(stat / n)
+    return TestResult(name, stat, float(res.pvalue), alpha, n, df, power, w, detail)
+
+
+def _samples(a: npt.ArrayLike, b: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    return np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+
+
+def ks_two_sample(a: npt.ArrayLike, b: npt.ArrayLike, *, alpha: float) -> TestResult:
+    """Two-sample Kolmogorov-Smirnov test (``scipy.stats.ks_2samp``, two-sided).
+
+    H0: ``a`` and ``b`` come from the same continuous distribution. ``effect`` is the statistic
+    ``D = sup |F_a - F_b|``. For discrete data (token ids, lengths) the test is conservative.
+    ``power`` is None: it depends on the unknown alternative's shape.
+    """
+    _check_alpha(alpha)
+    xa, xb = _samples(a, b)
+    n = int(xa.size + xb.size)
+    if xa.size == 0 or xb.size == 0:
+        return _not_enough("ks_two_sample", alpha, n, f"n_a={xa.size}, n_b={xb.size}")
+    res = sps.ks_2samp(xa, xb)
+    d = float(res.statistic)
+    detail = f"n_a={xa.size}, n_b={xb.size}; effect is the KS distance D"
+    return TestResult("ks_two_sample", d, float(res.pvalue), alpha, n, None, None, d, detail)
+
+
+def mann_whitney(a: npt.ArrayLike, b: npt.ArrayLike, *, alpha: float) -> TestResult:
+    """Mann-Whitney U test (``scipy.stats.mannwhitneyu``, two-sided, tie-corrected).
+
+    H0: ``P(A > B) = P(B > A)`` for ``A`` from ``a`` and ``B`` from ``b``. ``statistic`` is
+    ``U_a``; ``effect`` is the common-language effect size ``U_a / (n_a n_b) = P(A > B) +
+    P(A = B) / 2`` (McGraw & Wong 1992), 0.5 under H0. ``power`` is None (alternative-specific).
+    When every value is equal there is no ordering to test and p is 1.
+    """
+    _check_alpha(alpha)
+    xa, xb = _samples(a, b)
+    n = int(xa.size + xb.size)
+    if xa.size == 0 or xb.size == 0:
+        return _not_enough("mann_whitney", alpha, n, f"n_a={xa.size}, n_b={xb.size}")
+    detail = f"n_a={xa.size}, n_b={xb.size}; effect is P(A > B) + P(A = B) / 2"
+    if np.all(np.concatenate([xa, xb]) == xa[0]):
+        u_a, p = xa.size * xb.size / 2.0, 1.0
+        detail += "; every value is equal"
+    else:
+        res = sps.mannwhitneyu(xa, xb, alternative="two-sided")
+        u_a, p = float(res.statistic), float(res.pvalue)
+    cles = u_a / (xa.size * xb.size)
+    return TestResult("mann_whitney", u_a, p, alpha, n, None, None, cles, detail)
+
+
+@dataclass(frozen=True)
+class DriftMetrics:
+    """How far two engines' logits for the same positions are apart (the figures
+    ``llama-perplexity --kl-divergence`` reports). KL is in nats."""
+
+    n: int
+    kl_mean: float
+    kl_p99: float
+    kl_max: float
+    max_abs_logit_delta: float
+    top1_agreement: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DriftMetrics:
+        return cls(**_fields_from(cls, data))
+
+
+def _log_softmax(x: FloatArray) -> FloatArray:
+    z = x - x.max(axis=1, keepdims=True)
+    return np.asarray(z - np.log(np.exp(z).sum(axis=1, keepdims=True)), dtype=np.float64)
+
+
+def drift_metrics(logits_a: npt.ArrayLike, logits_b: npt.ArrayLike) -> DriftMetrics:
+    """Per-row ``KL(P_a || P_b) = sum_i P_a(i) (log P_a(i) - log P_b(i))`` with ``P =
+    softmax(logits)`` computed by log-softmax in float64, summarised by mean, 99th percentile
+    (linear interpolation) and max; the largest ``|l_a - l_b|`` over all entries (0 where both
+    are -inf); and the fraction of rows whose argmax (first index on ties) agrees. A token that
+    ``a`` allows and ``b`` forbids (-inf) makes that row's KL ``inf``.
+    """
+    a = np.asarray(logits_a, dtype=np.float64)
+    b = np.asarray(logits_b, dtype=np.float64)
+    if a.ndim == 1:
+        a, b = a[None, :], b.reshape(1, -1)
+    if a.shape != b.shape or a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
+        raise ValueError(f"logits shapes {a.shape} and {b.shape} must be equal (n, V), n >= 1")
+    for x in (a, b):
+        if np.isnan(x).any() or np.isposinf(x).any() or not np.isfinite(x).any(1).all():
+            raise ValueError("logits hold NaN, +inf or an all -inf row; check the engine")
+    la, lb = _log_softmax(a), _log_softmax(b)
+    pa = np.exp(la)
+    with np.errstate(invalid="ignore"):  # -inf - -inf; a percentile between two infinities
+        kl = np.maximum((pa * np.where(pa > 0.0, la - lb, 0.0)).sum(axis=1), 0.0)
+        delta = np.where(a == b, 0.0, np.abs(a - b))
+        p99 = float(np.percentile(kl, 99))
+    return DriftMetrics(
+        n=int(a.shape[0]),
+        kl_mean=float(kl.mean()),
+        kl_p99=math.inf if math.isnan(p99) else p99,
+        kl_max=float(kl.max()),
+        max_abs_logit_delta=float(delta.max()),
+        top1_agreement=float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1))),
+    )
+
+
+def _pvals(p_values: Sequence[float]) -> FloatArray:
+    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
+    if p.size and (np.isnan(p).any() or p.min() < 0.0 or p.max() > 1.0):
+        raise ValueError(f"p-values must lie in [0, 1], got {p.tolist()}")
+    return p
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values (Holm 1979, *Scand. J. Stat.* 6), in input order.
+
+    With ``p_(1) <= ... <= p_(m)``: ``adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``.
+    Rejecting ``adj < alpha`` controls the family-wise error rate at ``alpha``.
+    """
+    p = _pvals(p_values)
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    stepped = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adj = np.empty(m)
+    adj[order] = np.maximum.accumulate(stepped)
+    return [float(v) for v in adj]
+
+
+def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (Benjamini & Hochberg 1995, *JRSS B* 57), in input
+    order: ``adj_(i) = min_{j >= i} min(1, m p_(j) / j)``
+    (``scipy.stats.false_discovery_control(method="bh")``). Rejecting ``adj < q`` controls the
+    false discovery rate at ``q`` for independent or positively dependent tests.
+    """
+    p = _pvals(p_values)
+    if p.size == 0:
+        return []
+    adj = sps.false_discovery_control(p, method="bh")
+    return [float(v) for v in np.atleast_1d(adj)]
