@@ -19,7 +19,7 @@ plausible bugs, kept so the detectors can be shown to catch them:
 rule            acceptance ``a(x)``                      residual ``r``
 ==============  =======================================  ========================================
 ``correct``     ``min(1, p(x) / q(x))``                  ``norm(max(0, p - q))``
-``greedy``      ``1`` iff ``x == argmax p``              ``norm(max(0, p - q))``
+``greedy``      ``1`` iff ``x == argmax p``              ``p`` (resample from the target)
 ``no_max``      ``min(1, p(x) / q(x))``                  ``|p - q| / sum |p - q|``
 ``no_norm``     ``min(1, p(x) / q(x))``                  ``max(0, p - q)`` walked unnormalised
 ``wrong_temp``  ``min(1, p(x) / q_wrong(x))``            ``norm(max(0, p - q_wrong))``
@@ -30,7 +30,10 @@ rule            acceptance ``a(x)``                      residual ``r``
 Details of the faults:
 
 - ``greedy``: accepting the draft only when it is the target's argmax, as a temp-0 verifier
-  does, while still sampling at temp > 0. Ties in ``argmax p`` go to the lowest id.
+  does, while still sampling at temp > 0, and on rejection resampling from the target row: the
+  naive extension of greedy verification. Output ``q(a) e_a + (1 - q(a)) p`` with ``a = argmax
+  p``: biased toward the target's favourite token by ``q(a)(1 - p(a))``, most when the draft
+  agrees with it. Ties in ``argmax p`` go to the lowest id.
 - ``no_max``: the residual ``p - q`` without the clamp, made non-negative with ``abs()`` so the
   sampler accepts it. Output ``min(p, q) + |p - q| / 2``, which is ``TV(p, q) / 2`` away from p.
 - ``no_norm``: a uniform ``u`` in [0, 1) is walked through ``cumsum(max(0, p - q))``, whose
@@ -152,6 +155,9 @@ def _accept_vector(rule: Rule, num: FloatArray, den: FloatArray) -> FloatArray:
 
 def _residual_vector(rule: Rule, num: FloatArray, den: FloatArray) -> FloatArray:
     rule = Rule(rule)
+    if rule is Rule.GREEDY:
+        target: FloatArray = num.copy()
+        return target
     w: FloatArray = np.abs(num - den) if rule is Rule.NO_MAX else np.maximum(0.0, num - den)
     total = float(w.sum())
     if rule is Rule.NO_NORM:

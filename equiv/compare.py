@@ -17,6 +17,7 @@ import numpy.typing as npt
 from rapidfuzz.distance import Indel, Levenshtein
 
 from equiv.results import Generation, TokenAlternatives
+from equiv.stats import drift_metrics
 
 __all__ = ["Comparison", "Divergence", "Drift", "compare", "drift"]
 
@@ -44,23 +45,15 @@ class Drift:
         return cls(**data)
 
 
-def _log_softmax(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.float64]:
-    x = rows.astype(np.float64)
-    x -= x.max(axis=-1, keepdims=True)
-    x -= np.log(np.exp(x).sum(axis=-1, keepdims=True))
-    return x
-
-
 def drift(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> Drift:
     """Drift between two stacks of logits rows of equal shape (n, vocab), n >= 1."""
-    la, lb = _log_softmax(a), _log_softmax(b)
-    kl = np.maximum((np.exp(la) * (la - lb)).sum(axis=-1), 0.0)
+    m = drift_metrics(a, b)
     return Drift(
-        positions=int(a.shape[0]),
-        max_abs_delta_logit=round(float(np.abs(a.astype(np.float64) - b).max()), 6),
-        mean_kl=round(float(kl.mean()), 9),
-        max_kl=round(float(kl.max()), 9),
-        top1_agreement=round(float((a.argmax(axis=-1) == b.argmax(axis=-1)).mean()), 6),
+        positions=m.n,
+        max_abs_delta_logit=round(m.max_abs_logit_delta, 6),
+        mean_kl=round(m.kl_mean, 9),
+        max_kl=round(m.kl_max, 9),
+        top1_agreement=round(m.top1_agreement, 6),
     )
 
 

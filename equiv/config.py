@@ -129,6 +129,17 @@ class DraftConfig:
         return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
 
 
+_SAMPLING_KEYS = {f.name for f in dataclasses.fields(SamplingConfig)}
+_OVERRIDABLE = _SAMPLING_KEYS | {
+    "target",
+    "n_ctx",
+    "n_batch",
+    "n_ubatch",
+    "n_threads",
+    "flash_attn",
+}
+
+
 def _default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -152,6 +163,11 @@ class RunConfig:
     flash_attn: bool = False
     top_k_record: int = 8
     engine: str = "llamacpp"
+    alpha: float = 0.01
+    # Settings of the speculative path that differ from the baseline's, to reproduce a user's
+    # two setups (e.g. ("target", "other-quant.gguf"), ("n_ctx", 512), ("top_p", 0.9)). Such a
+    # run is a misconfiguration by construction, and the classifier says so.
+    spec_overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -175,6 +191,31 @@ class RunConfig:
             raise ConfigError("sampling mode needs at least one seed; pass --seeds N (e.g. 64)")
         if self.mode is Mode.SAMPLING and self.sampling.greedy:
             raise ConfigError("sampling mode needs temp > 0; pass --temp 0.8 or use --mode temp0")
+        if not 0 < self.alpha < 0.5:
+            raise ConfigError(f"alpha={self.alpha} must lie in (0, 0.5); 0.01 is the default")
+        for key, _ in self.spec_overrides:
+            if key not in _OVERRIDABLE:
+                raise ConfigError(
+                    f"speculative override {key!r} is not supported; use one of "
+                    f"{', '.join(sorted(_OVERRIDABLE))}"
+                )
+
+    def for_path(self, *, speculative: bool) -> RunConfig:
+        """The configuration one path actually runs with (overrides applied on speculative)."""
+        if not speculative or not self.spec_overrides:
+            return self
+        plain: dict[str, Any] = {}
+        sampling: dict[str, Any] = {}
+        for key, value in self.spec_overrides:
+            if key == "target":
+                plain["target"] = ModelSpec(str(value), provenance="user (speculative only)")
+            elif key in _SAMPLING_KEYS:
+                sampling[key] = value
+            else:
+                plain[key] = value
+        if sampling:
+            plain["sampling"] = dataclasses.replace(self.sampling, **sampling)
+        return dataclasses.replace(self, spec_overrides=(), **plain)
 
     @property
     def self_draft(self) -> bool:
@@ -186,6 +227,7 @@ class RunConfig:
         data["mode"] = self.mode.value
         data["suites"] = list(self.suites)
         data["seeds"] = list(self.seeds)
+        data["spec_overrides"] = [list(kv) for kv in self.spec_overrides]
         return data
 
     @classmethod
@@ -198,6 +240,7 @@ class RunConfig:
         }
         plain["suites"] = tuple(plain.get("suites", ()))
         plain["seeds"] = tuple(plain.get("seeds", ()))
+        plain["spec_overrides"] = tuple(tuple(kv) for kv in plain.get("spec_overrides", ()))
         return cls(
             target=ModelSpec.from_dict(data["target"]),
             draft=ModelSpec.from_dict(data["draft"]),

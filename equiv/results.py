@@ -220,6 +220,13 @@ class ResultsFile:
     def append_result(self, record: Mapping[str, Any]) -> None:
         self._append({"kind": "result", **record})
 
+    def append_analysis(self, record: Mapping[str, Any]) -> None:
+        """A prompt's distribution tests over all its seeds (sampling mode)."""
+        self._append({"kind": "analysis", **record})
+
+    def analyses(self) -> list[dict[str, Any]]:
+        return [r for r in self.records() if r.get("kind") == "analysis"]
+
     def append_event(self, record: Mapping[str, Any]) -> None:
         """Run-level facts found while running (controls, warnings)."""
         self._append({"kind": "event", **record})

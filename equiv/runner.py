@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from equiv import __version__
+from equiv.classify import classify_sampling, classify_temp0, fingerprint_differences
 from equiv.compare import compare
 from equiv.config import Mode, RunConfig
+from equiv.distribution import analyze_prompt, chain_pit
 from equiv.engines.base import Engine, EngineFactory
 from equiv.errors import ConfigError, PromptError
 from equiv.prompts import Prompt
 from equiv.results import ResultsFile
+from equiv.stats import drift_metrics
 
 __all__ = [
     "SELF_DRAFT_MIN_ACCEPTANCE",
@@ -29,6 +32,9 @@ __all__ = [
 ]
 
 SELF_DRAFT_MIN_ACCEPTANCE = 0.98
+# Speculative samples of the first seeds are re-scored by the target one token at a time to size
+# the drift between the rows the speculative sampler used and the target's own.
+RESCORED_SEEDS = 4
 
 
 @dataclass(frozen=True)
@@ -67,10 +73,14 @@ class Runner:
         results_path: str | Path,
         *,
         extra_header: dict[str, Any] | None = None,
+        controls: bool = True,
     ) -> None:
         self.config = config
+        self.controls = controls
         self.results = ResultsFile(results_path)
         self.extra_header = extra_header or {}
+        self.differences: list[str] = []
+        self._prompt_alpha = config.alpha
         self.baseline: Engine = factory(config, speculative=False)
         self.speculative: Engine = factory(config, speculative=True)
 
@@ -126,6 +136,29 @@ class Runner:
             )
 
     # -- running -----------------------------------------------------------------------------
+    def header(self, command: str = "") -> dict[str, Any]:
+        fingerprints = {
+            "baseline": self.baseline.fingerprint(),
+            "speculative": self.speculative.fingerprint(),
+        }
+        self.differences = fingerprint_differences(
+            fingerprints["baseline"], fingerprints["speculative"]
+        )
+        return {
+            "equiv": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": command,
+            "python": sys.version.split()[0],
+            "config": self.config.to_dict(),
+            "fingerprints": fingerprints,
+            "differences": self.differences,
+            "capabilities": {
+                "baseline": self.baseline.capabilities.to_dict(),
+                "speculative": self.speculative.capabilities.to_dict(),
+            },
+            **self.extra_header,
+        }
+
     def run(
         self,
         items: Sequence[PlanItem],
@@ -134,23 +167,8 @@ class Runner:
         command: str = "",
         on_result: ProgressFn | None = None,
     ) -> list[dict[str, Any]]:
-        """Run what is not done yet; returns the new result records."""
-        header = {
-            "equiv": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": command,
-            "python": sys.version.split()[0],
-            "config": self.config.to_dict(),
-            "fingerprints": {
-                "baseline": self.baseline.fingerprint(),
-                "speculative": self.speculative.fingerprint(),
-            },
-            "capabilities": {
-                "baseline": self.baseline.capabilities.to_dict(),
-                "speculative": self.speculative.capabilities.to_dict(),
-            },
-            **self.extra_header,
-        }
+        """Run what is not done yet; returns the new result (and analysis) records."""
+        header = self.header(command)
         if self.results.exists():
             if not resume:
                 raise ConfigError(
@@ -164,28 +182,46 @@ class Runner:
             done = set()
         todo = [item for item in items if item.key not in done]
         prompt_tokens = self.tokenize(todo)
+        # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.
+        n_prompts = len({item.prompt.key for item in items})
+        self._prompt_alpha = self.config.alpha / max(n_prompts, 1)
         records: list[dict[str, Any]] = []
         for index, item in enumerate(todo):
             record = self._run_item(item, prompt_tokens[item.prompt.key])
             self.results.append_result(record)
             records.append(record)
-            if index == 0 and not done:
+            if index == 0 and not done and self.controls:
                 self._determinism_control(item, prompt_tokens[item.prompt.key], record)
             if on_result is not None:
                 on_result(item, record, index + 1, len(todo))
-        self._self_draft_control()
+        if self.config.mode is Mode.SAMPLING:
+            records.extend(self._analyze(items))
+        if self.controls:
+            self._self_draft_control()
         return records
 
+    def _rescore(self, prompt: Sequence[int], tokens: Sequence[int], batched: bool) -> Any:
+        engine = self.speculative if batched else self.baseline
+        return engine.rescore(prompt, tokens, batched=batched)  # type: ignore[attr-defined]
+
+    def _can_rescore(self) -> bool:
+        return self.baseline.capabilities.rescoring and self.speculative.capabilities.rescoring
+
     def _run_item(self, item: PlanItem, tokens: list[int]) -> dict[str, Any]:
-        sampling = self.config.sampling
         base = self.baseline.generate(
-            tokens, sampling=sampling, seed=item.seed, max_tokens=item.max_tokens
+            tokens,
+            sampling=self.config.sampling,
+            seed=item.seed,
+            max_tokens=item.max_tokens,
         )
         spec = self.speculative.generate(
-            tokens, sampling=sampling, seed=item.seed, max_tokens=item.max_tokens
+            tokens,
+            sampling=self.config.for_path(speculative=True).sampling,
+            seed=item.seed,
+            max_tokens=item.max_tokens,
         )
         comparison = compare(base, spec)
-        return {
+        record: dict[str, Any] = {
             "key": item.key,
             "suite": item.prompt.suite,
             "prompt_id": item.prompt.id,
@@ -196,6 +232,56 @@ class Runner:
             "speculative": spec.to_dict(),
             "comparison": comparison.to_dict(),
         }
+        if item.mode is Mode.TEMP0:
+            rescore = self._rescore if self._can_rescore() else None
+            verdict = classify_temp0(
+                record, base, spec, differences=self.differences, rescore=rescore
+            )
+            record["verdict"] = verdict.to_dict()
+            return record
+        for gen, path in ((base, "baseline"), (spec, "speculative")):
+            if gen.logits is not None:
+                sampling = self.config.for_path(speculative=path == "speculative").sampling
+                record[path]["chain_pit"] = chain_pit(gen.logits, gen.tokens, sampling)
+        first_seeds = self.config.seeds[:RESCORED_SEEDS]
+        rescorable = self.baseline.capabilities.rescoring and spec.logits is not None
+        if item.seed in first_seeds and rescorable and spec.tokens:
+            assert spec.logits is not None
+            target = self._rescore(tokens, spec.tokens, False)
+            record["rescore_drift"] = drift_metrics(spec.logits, target).to_dict()
+        return record
+
+    def _analyze(self, items: Sequence[PlanItem]) -> list[dict[str, Any]]:
+        """One analysis record per prompt whose seeds are all done and not yet analysed."""
+        done = {r["key"]: r for r in self.results.results()}
+        analysed = {r["key"] for r in self.results.records() if r.get("kind") == "analysis"}
+        has_logits = self.baseline.capabilities.full_logits and (
+            self.speculative.capabilities.full_logits
+        )
+        out = []
+        by_prompt: dict[str, list[PlanItem]] = {}
+        for item in items:
+            by_prompt.setdefault(item.prompt.key, []).append(item)
+        for key, group in by_prompt.items():
+            seed_records = [done[i.key] for i in group if i.key in done]
+            akey = f"{key}::sampling"
+            if akey in analysed or len(seed_records) < len(group):
+                continue
+            analysis = analyze_prompt(seed_records, alpha=self._prompt_alpha, has_logits=has_logits)
+            verdict = classify_sampling(
+                analysis, differences=self.differences, has_logits=has_logits
+            )
+            record = {
+                "key": akey,
+                "suite": group[0].prompt.suite,
+                "prompt_id": group[0].prompt.id,
+                "mode": "sampling",
+                **analysis,
+                "verdict": verdict.to_dict(),
+            }
+            self.results.append_analysis(record)
+            out.append(record)
+        return out
 
     def _determinism_control(
         self, item: PlanItem, tokens: list[int], first: dict[str, Any]

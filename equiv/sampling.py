@@ -233,9 +233,13 @@ def chain_probs(
     if temp == 0.0:
         out[int(np.argmax(x))] = 1.0
         return out
-    keep = _ranked(x, np.arange(x.size))
-    if top_k > 0:
-        keep = keep[: min(int(top_k), keep.size)]
+    if 0 < top_k < x.size:
+        # Only the top_k survive: rank just the candidates at or above the k-th largest logit
+        # (ties at the boundary included) instead of sorting the whole vocabulary.
+        kth = np.partition(x, x.size - top_k)[x.size - top_k]
+        keep = _ranked(x, np.flatnonzero(x >= kth))[:top_k]
+    else:
+        keep = _ranked(x, np.arange(x.size))
     if typical_p < 1.0:
         keep = _typical(x, _ranked(x, keep), typical_p, min_keep)
     if top_p < 1.0:

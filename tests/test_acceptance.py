@@ -132,7 +132,7 @@ Q = np.array([0.2, 0.3, 0.5])
     ("rule", "want"),
     [
         (Rule.CORRECT, [0.5, 0.3, 0.2]),
-        (Rule.GREEDY, [1.0, 0.0, 0.0]),  # accept 0 w.p. 0.2; residual max(0, p - q) = e_0
+        (Rule.GREEDY, [0.6, 0.24, 0.16]),  # accept 0 w.p. 0.2, else resample p: 0.2 e_0 + 0.8 p
         (Rule.NO_MAX, [0.35, 0.3, 0.35]),  # min(p, q) + |p - q| / 2
         (Rule.NO_NORM, [0.29, 0.3, 0.41]),  # min(p,q) + 0.3 * ([0.3, 0, 0] + 0.7 e_2)
         (Rule.TOP2, [0.7, 0.3, 0.0]),  # accept {0, 1} w.p. 0.5; residual e_0

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.llama_speculative import LlamaDraftModel
 
-from equiv.config import DraftConfig, RunConfig, SamplingConfig
+from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.errors import EngineError, ModelError
 from equiv.gguf_info import read_gguf_info
@@ -134,9 +134,10 @@ class GGUFDraftModel(LlamaDraftModel):
 class LlamaCppEngine:
     """One path over llama-cpp-python: ``speculative`` plugs in a `GGUFDraftModel`."""
 
-    capabilities = Capabilities(full_logits=True, deterministic_seed=True)
+    capabilities = Capabilities(full_logits=True, deterministic_seed=True, rescoring=True)
 
     def __init__(self, config: RunConfig, *, speculative: bool) -> None:
+        config = config.for_path(speculative=speculative)
         self.config = config
         self.path = "speculative" if speculative else "baseline"
         self._draft: GGUFDraftModel | None = None
@@ -147,6 +148,9 @@ class LlamaCppEngine:
         self.llm = _load_llama(
             config.target.path, config, logits_all=speculative, draft_model=self._draft
         )
+        self._init_vocab()
+
+    def _init_vocab(self) -> None:
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._n_vocab: int = self.llm.n_vocab()
@@ -210,7 +214,10 @@ class LlamaCppEngine:
         if self._draft is not None:
             self._draft.calls.clear()
         llm.set_seed(seed if seed is not None else 1)
-        llm.reset()  # evaluate the whole prompt afresh: no prefix reuse between prompts
+        if self.config.mode is Mode.SAMPLING:
+            self._cache_prefix(prompt_tokens)
+        else:
+            llm.reset()  # temp 0: evaluate the whole prompt afresh, as a user's first request
         rows = np.empty((max_tokens, self._n_vocab), dtype=np.float32)
         tokens: list[int] = []
         stop_reason = "length"
@@ -237,7 +244,7 @@ class LlamaCppEngine:
                 # of the last token before this one; without, it is the context's last row.
                 rows[k] = llm.scores[n_prompt - 1 + k] if self._draft else _last_row(llm)
                 tokens.append(int(token))
-                if llama_cpp.llama_vocab_is_eog(self._vocab, token):
+                if self._is_eog(token):
                     stop_reason = "eos"
                     break
                 if len(tokens) >= max_tokens:
@@ -249,24 +256,92 @@ class LlamaCppEngine:
         finally:
             gen.close()
         t_end = time.perf_counter()
-        n = len(tokens)
-        pieces = tuple(self.token_text(t) for t in tokens)
-        text = bytes(llm.detokenize(tokens, special=True)).decode("utf-8", errors="replace")
-        k_rec = self.config.top_k_record
+        return self._generation(
+            prompt_tokens,
+            tokens,
+            rows[: len(tokens)],
+            stop_reason=stop_reason,
+            seed=seed,
+            t_prompt=t_first - t0,
+            t_decode=t_end - t_first,
+            draft_steps=self._draft_steps(n_prompt, tokens),
+        )
+
+    def _is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def _generation(
+        self,
+        prompt_tokens: Sequence[int],
+        tokens: list[int],
+        rows: npt.NDArray[np.float32],
+        *,
+        stop_reason: str,
+        seed: int | None,
+        t_prompt: float,
+        t_decode: float,
+        draft_steps: tuple[DraftStep, ...],
+    ) -> Generation:
+        """A `Generation` from what a decode loop collected; rows[i] is the row of tokens[i]."""
+        # Sampling runs keep only top-2 per token on disk: seeds x tokens would otherwise swell it.
+        k_rec = self.config.top_k_record if self.config.mode is Mode.TEMP0 else 2
+        text = bytes(self.llm.detokenize(tokens, special=True)).decode("utf-8", errors="replace")
         return Generation(
             path=self.path,
             prompt_tokens=tuple(int(t) for t in prompt_tokens),
             tokens=tuple(tokens),
-            pieces=pieces,
+            pieces=tuple(self.token_text(t) for t in tokens),
             text=text,
             stop_reason=stop_reason,
-            alternatives=tuple(TokenAlternatives.from_row(rows[i], k_rec) for i in range(n)),
-            t_prompt_s=t_first - t0,
-            t_decode_s=t_end - t_first,
-            draft_steps=self._draft_steps(n_prompt, tokens),
+            alternatives=tuple(TokenAlternatives.from_row(row, k_rec) for row in rows),
+            t_prompt_s=t_prompt,
+            t_decode_s=t_decode,
+            draft_steps=draft_steps,
             seed=seed,
-            logits=rows[:n],
+            logits=rows,
         )
+
+    def _cache_prefix(self, prompt_tokens: Sequence[int]) -> None:
+        """State reuse across seeds: the prompt minus its last token is evaluated once.
+
+        llama-cpp-python's prefix matching then re-evaluates only the last prompt token before
+        each seed's decode, so every seed (the first included) starts from the same KV cache and
+        the same single-token row, and an extra seed costs only its own decode.
+        """
+        llm = self.llm
+        head = list(prompt_tokens[:-1])
+        if llm.n_tokens >= len(head) and llm.input_ids[: len(head)].tolist() == head:
+            return
+        llm.reset()
+        if head:
+            llm.eval(head)
+
+    def rescore(
+        self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
+    ) -> npt.NDArray[np.float32]:
+        """The target's logits rows for ``tokens`` after ``prompt_tokens`` (teacher forcing).
+
+        Row i is the distribution of tokens[i]. ``batched=False`` evaluates the continuation one
+        token at a time (as plain decoding does); ``batched=True`` evaluates prompt and
+        continuation in one pass with every row computed (as draft verification does), which
+        only the speculative path's context can (it has logits_all).
+        """
+        llm = self.llm
+        n_prompt, n = len(prompt_tokens), len(tokens)
+        rows = np.empty((n, self._n_vocab), dtype=np.float32)
+        llm.reset()
+        if batched:
+            if not llm._logits_all:
+                raise EngineError("batched re-scoring needs the speculative path (logits_all)")
+            llm.eval(list(prompt_tokens) + list(tokens[:-1]))
+            rows[:] = llm.scores[n_prompt - 1 : n_prompt - 1 + n]
+            return rows
+        llm.eval(list(prompt_tokens))
+        for i in range(n):
+            rows[i] = llm.scores[llm.n_tokens - 1] if llm._logits_all else _last_row(llm)
+            if i + 1 < n:
+                llm.eval([tokens[i]])
+        return rows
 
     def _draft_steps(self, n_prompt: int, tokens: Sequence[int]) -> tuple[DraftStep, ...]:
         """Accepted counts, from what the target finally emitted after each drafting call."""
@@ -304,6 +379,8 @@ class LlamaCppEngine:
             "logits_all": self._draft is not None,
             "chat_template": _sha(self._template) or f"builtin:{self._builtin_template}",
             "sampler_chain": "penalties,top_k,typical,top_p,min_p,temp,dist",
+            "sampling": cfg.sampling.to_dict(),
+            "seed_policy": "explicit seeds 1..2**32-2 (0 refused: random in llama-cpp-python)",
         }
         if self._draft is not None:
             draft = read_gguf_info(cfg.draft.path)

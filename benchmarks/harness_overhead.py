@@ -1,0 +1,89 @@
+"""Harness overhead: equiv's temp-0 wall time / plain llama-cpp-python generation time.
+
+Both sides generate the same prompts and the same number of tokens on the same two paths
+(baseline: target alone; speculative: target + the GGUF draft adapter), in the same process, with
+the same loaded models. The plain side only pulls tokens out of ``Llama.generate``; equiv's side is
+``Runner.run`` (recording rows, top-k, comparing, drift, appending JSONL). Goal: ratio <= 1.10.
+
+    python benchmarks/harness_overhead.py [--prompts 'code/*'] [--max-tokens 32] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+
+from equiv.config import RunConfig
+from equiv.engines.llamacpp import LlamaCppEngine, make_engine
+from equiv.models import resolve_pair
+from equiv.prompts import load_suites
+from equiv.runner import Runner, plan
+
+
+def plain_generate(engine: LlamaCppEngine, tokens: list[int], n: int) -> int:
+    """Pull exactly n tokens (or up to EOG) out of llama-cpp-python, recording nothing."""
+    llm = engine.llm
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    llm.reset()
+    out = 0
+    gen = llm.generate(tokens, temp=0.0, reset=True)
+    for token in gen:
+        out += 1
+        if llama_cpp.llama_vocab_is_eog(vocab, token) or out >= n:
+            break
+    gen.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", default="code/*")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    pair = resolve_pair()
+    config = RunConfig(target=pair.target, draft=pair.draft, max_tokens=args.max_tokens)
+    prompts = [p for p in load_suites() if fnmatch.fnmatchcase(p.key, args.prompts)]
+    items = plan(prompts, config)
+    plain_times: list[float] = []
+    equiv_times: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        # Controls off: the determinism control would add a generation the plain side lacks.
+        runner = Runner(config, make_engine, Path(tmp) / "warmup.jsonl", controls=False)
+        engines: list[Any] = [runner.baseline, runner.speculative]
+        runner.run(items[:1])  # warm caches and page in the weights
+        tokens = runner.tokenize(items)
+        for rep in range(args.repeat):
+            # equiv: the real runner, fresh results file each repetition
+            runner.results.path = Path(tmp) / f"r{rep}.jsonl"
+            t0 = time.perf_counter()
+            records = runner.run(items)
+            equiv_times.append(time.perf_counter() - t0)
+            # plain: the same prompts and token counts through llama-cpp-python alone
+            t0 = time.perf_counter()
+            for item, record in zip(items, records, strict=True):
+                ids = tokens[item.prompt.key]
+                for engine, path in zip(engines, ("baseline", "speculative"), strict=True):
+                    plain_generate(engine, ids, len(record[path]["tokens"]))
+            plain_times.append(time.perf_counter() - t0)
+        runner.close()
+    ratio = statistics.median(e / p for e, p in zip(equiv_times, plain_times, strict=True))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"prompts: {len(items)}  max_tokens: {args.max_tokens}  repeats: {args.repeat}")
+    print(f"plain llama-cpp-python: median {statistics.median(plain_times):.2f} s")
+    print(f"equiv runner:           median {statistics.median(equiv_times):.2f} s")
+    print(f"overhead ratio:         {ratio:.3f}  (goal <= 1.10)")
+    print(f"peak RSS:               {peak:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

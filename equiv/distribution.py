@@ -1,0 +1,181 @@
+"""Temperature > 0: the evidence each sample carries, and the tests over one prompt's seeds.
+
+Per emitted token the engine reports the logits row its sampler used; `chain_pit` turns that row
+and the configured sampler chain into two floats (the probability mass ranked before the token,
+and the token's probability), enough for the randomized PIT of the one-sample *sampler
+consistency* test. `analyze_prompt` pools all seeds of one prompt and runs:
+
+- sampler consistency, per path (``stats.pit_uniformity_test``): are the emitted tokens draws
+  from the distribution the path's own logits and chain imply? Holds whatever the numerics;
+- baseline vs speculative, two-sample: first-token distribution (chi-square on merged bins),
+  sequence log-likelihood under each path's own target rows and length (Mann-Whitney, KS);
+- same-seed agreement (informational: llama-cpp-python spends one random draw per token on both
+  paths, so equal seeds give equal text unless the logits differ);
+- drift: KL and |Δlogit| between the rows the speculative sampler used and the target's own
+  single-token re-scoring of the same tokens (recorded by the runner for the first seeds).
+
+Pure functions of records; no model is called here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.config import SamplingConfig
+from equiv.sampling import apply_penalties, chain_probs, pit_position
+from equiv.stats import (
+    TestResult,
+    chi2_two_sample,
+    holm,
+    ks_two_sample,
+    mann_whitney,
+    pit_uniformity_test,
+    randomized_pit,
+)
+
+__all__ = ["PENALTY_WINDOW", "PIT_BINS", "analyze_prompt", "chain_pit"]
+
+PIT_BINS = 10
+PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size
+
+
+def chain_pit(
+    rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
+) -> list[list[float]]:
+    """``[mass_before, p_token]`` of every emitted token under the configured chain."""
+    out: list[list[float]] = []
+    penalised = (
+        sampling.repeat_penalty != 1 or sampling.frequency_penalty or sampling.presence_penalty
+    )
+    for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
+        logits: Any = row
+        if penalised:
+            logits = apply_penalties(
+                row,
+                list(tokens[max(0, i - PENALTY_WINDOW) : i]),
+                repeat_penalty=sampling.repeat_penalty,
+                frequency_penalty=sampling.frequency_penalty,
+                presence_penalty=sampling.presence_penalty,
+            )
+        probs = chain_probs(
+            logits,
+            temp=sampling.temp,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            typical_p=sampling.typical_p,
+        )
+        mass, p = pit_position(probs, int(token))
+        out.append([round(mass, 9), round(p, 9)])
+    return out
+
+
+def _pit_values(records: Sequence[Mapping[str, Any]], path: str, seed: int) -> Any:
+    pits = [pair for r in records for pair in r[path].get("chain_pit", [])]
+    if not pits:
+        return np.empty(0)
+    arr = np.asarray(pits, dtype=np.float64)
+    return randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed))
+
+
+def _loglik(record: Mapping[str, Any], path: str) -> float:
+    return float(sum(np.log(max(p, 1e-300)) for _, p in record[path].get("chain_pit", [])))
+
+
+def _pit_hist(u: Any) -> dict[str, list[float]]:
+    counts, _ = np.histogram(u, bins=PIT_BINS, range=(0.0, 1.0))
+    return {"observed": counts.tolist(), "expected": [len(u) / PIT_BINS] * PIT_BINS}
+
+
+def _first_tokens(records: Sequence[Mapping[str, Any]], path: str) -> Counter[int]:
+    return Counter(int(r[path]["tokens"][0]) for r in records if r[path]["tokens"])
+
+
+def _drift_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    drifts = [r["rescore_drift"] for r in records if r.get("rescore_drift")]
+    if not drifts:
+        return None
+    return {
+        "samples": len(drifts),
+        "rows": sum(d["n"] for d in drifts),
+        "kl_mean": float(np.mean([d["kl_mean"] for d in drifts])),
+        "kl_p99": max(d["kl_p99"] for d in drifts),
+        "kl_max": max(d["kl_max"] for d in drifts),
+        "max_abs_logit_delta": max(d["max_abs_logit_delta"] for d in drifts),
+        "top1_agreement": float(np.mean([d["top1_agreement"] for d in drifts])),
+    }
+
+
+def analyze_prompt(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    alpha: float,
+    effect_w: float = 0.1,
+    has_logits: bool = True,
+) -> dict[str, Any]:
+    """The tests over one prompt's seed records, Holm-adjusted within the prompt at ``alpha``.
+
+    ``alpha`` is the prompt's share of the run's family-wise level (the runner divides by the
+    number of prompts: Bonferroni across prompts, Holm within). Returns the ``analysis`` payload:
+    tests (each with ``p_adjusted``), charts, drift and the same-seed agreement.
+    """
+    tests: list[TestResult] = []
+    key = str(records[0]["key"]).split("::")[0]
+    pit_seed = sum(key.encode()) + len(records)
+    u: dict[str, Any] = {}
+    if has_logits:
+        for path in ("baseline", "speculative"):
+            u[path] = _pit_values(records, path, pit_seed)
+            result = pit_uniformity_test(u[path], alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
+            tests.append(_renamed(result, f"sampler-consistency:{path}"))
+    first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
+    tests.append(
+        _renamed(
+            chi2_two_sample(
+                first["baseline"], first["speculative"], alpha=alpha, effect_w=effect_w
+            ),
+            "first-token:two-sample",
+        )
+    )
+    lengths = {p: [len(r[p]["tokens"]) for r in records] for p in ("baseline", "speculative")}
+    if has_logits:
+        logliks = {p: [_loglik(r, p) for r in records] for p in ("baseline", "speculative")}
+        tests.append(
+            _renamed(
+                mann_whitney(logliks["baseline"], logliks["speculative"], alpha=alpha),
+                "log-likelihood:two-sample",
+            )
+        )
+    if len(set(lengths["baseline"] + lengths["speculative"])) > 1:
+        tests.append(
+            _renamed(
+                ks_two_sample(lengths["baseline"], lengths["speculative"], alpha=alpha),
+                "length:two-sample",
+            )
+        )
+    adjusted = holm([t.p_value for t in tests])
+    same = sum(r["baseline"]["tokens"] == r["speculative"]["tokens"] for r in records)
+    return {
+        "samples": len(records),
+        "alpha": alpha,
+        "tests": [{**t.to_dict(), "p_adjusted": p} for t, p in zip(tests, adjusted, strict=True)],
+        "same_seed_agreement": same / len(records),
+        "drift": _drift_summary(records),
+        "charts": {
+            "pit_hist": {path: _pit_hist(values) for path, values in u.items()},
+            "first_token": {
+                path: {str(tok): n for tok, n in counts.most_common(12)}
+                for path, counts in first.items()
+            },
+        },
+    }
+
+
+def _renamed(result: TestResult, name: str) -> TestResult:
+    return dataclasses.replace(result, name=name)

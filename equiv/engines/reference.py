@@ -1,0 +1,193 @@
+"""A textbook speculative sampler over llama-cpp-python: ground truth, and faults on purpose.
+
+The draft proposes up to ``draft_max`` tokens, each sampled from its own sampler chain (q); the
+target evaluates them in one batch (p from each row through the same chain) and accepts each
+with probability ``min(1, p(x) / q(x))``; on the first rejection it samples from
+``norm(max(0, p - q))`` and stops; when all are accepted it adds a bonus token from the last row
+(Leviathan et al. 2023; Chen et al. 2023). Its output distribution equals the target's exactly.
+
+Fault-injected variants are chosen by name (``equiv.acceptance.Rule``): ``greedy`` (accept iff
+the draft token is the target's argmax, at temp > 0), ``no_max``, ``no_norm``, ``wrong_temp`` (the
+ratio uses the draft's probabilities at twice its temperature), ``top2`` (a "relaxed acceptance"
+that accepts any of the target's two best tokens) and ``off_by_one`` (p read from the previous
+row). They exist so that equiv's detectors can be shown to catch each one.
+
+Select with ``--engine reference`` (the correct rule) or ``--engine reference:greedy`` etc.
+(``equiv.engines.reference:make_engine`` for the correct rule as a ``module:attr`` factory); the
+baseline path is the plain llama-cpp-python engine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.acceptance import Rule, accept_probability, residual
+from equiv.config import RunConfig, SamplingConfig
+from equiv.engines.base import Capabilities, EngineFactory
+from equiv.engines.llamacpp import LlamaCppEngine, _last_row, _load_llama
+from equiv.errors import ConfigError, EngineError
+from equiv.results import DraftStep, Generation
+from equiv.sampling import chain_probs
+
+__all__ = ["RULE_FACTORIES", "ReferenceEngine", "factory_for", "make_engine"]
+
+
+def _probs(row: npt.NDArray[np.float32], sampling: SamplingConfig, temp: float) -> Any:
+    return chain_probs(
+        row,
+        temp=temp,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        typical_p=sampling.typical_p,
+    )
+
+
+def _draw(probs: npt.NDArray[np.float64], rng: np.random.Generator) -> int:
+    support = np.flatnonzero(probs)
+    weights = probs[support] / probs[support].sum()
+    return int(support[rng.choice(support.size, p=weights)])
+
+
+class ReferenceEngine(LlamaCppEngine):
+    """The speculative path as a textbook rejection sampler with a chosen acceptance `Rule`."""
+
+    capabilities = Capabilities(full_logits=True, deterministic_seed=True, rescoring=True)
+
+    def __init__(self, config: RunConfig, *, rule: Rule = Rule.CORRECT) -> None:
+        if config.sampling.repeat_penalty != 1.0 or config.sampling.frequency_penalty != 0.0:
+            raise ConfigError(
+                "the reference engine does not implement repetition penalties; "
+                "use --repeat-penalty 1.0"
+            )
+        self.rule = rule
+        self.config = config
+        self.path = "speculative"
+        self._draft = None
+        self._draft_llm = _load_llama(config.draft.path, config, logits_all=False)
+        self.llm = _load_llama(config.target.path, config, logits_all=True)
+        self._init_vocab()
+
+    def generate(
+        self,
+        prompt_tokens: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        seed: int | None,
+        max_tokens: int,
+    ) -> Generation:
+        target, draft = self.llm, self._draft_llm
+        k_max = self.config.draft_config.draft_max
+        if len(prompt_tokens) + max_tokens + k_max + 1 > target.n_ctx():
+            raise EngineError(
+                f"{len(prompt_tokens)} prompt tokens + max_tokens {max_tokens} + draft_max "
+                f"{k_max} do not fit n_ctx {target.n_ctx()}"
+            )
+        rng = np.random.default_rng(seed if seed is not None else 1)
+        temp = sampling.temp
+        wrong_temp = temp * 2 if temp > 0 else 1.0
+        context = list(prompt_tokens[:-1])
+        pending = [int(prompt_tokens[-1])]  # emitted (or prompt) tokens the target has not seen
+        for llm in (target, draft):
+            llm.reset()
+            if context:
+                llm.eval(context)
+        emitted: list[int] = []
+        rows: list[npt.NDArray[np.float32]] = []
+        steps: list[DraftStep] = []
+        t0 = time.perf_counter()
+        t_first = t0
+        stop_reason = "length"
+        while len(emitted) < max_tokens and stop_reason == "length":
+            # Draft: sample k tokens from the draft's own chain, keeping each q.
+            draft.n_tokens = len(context)
+            draft.eval(pending)
+            drafts: list[int] = []
+            qs: list[Any] = []
+            q_wrongs: list[Any] = []
+            for _ in range(min(k_max, max_tokens - len(emitted))):
+                row = _last_row(draft)
+                qs.append(_probs(row, sampling, temp))
+                if self.rule is Rule.WRONG_TEMP:
+                    q_wrongs.append(_probs(row, sampling, wrong_temp))
+                drafts.append(_draw(qs[-1], rng))
+                draft.eval([drafts[-1]])
+            # Verify: one batch through the target; row j is the distribution of drafts[j].
+            target.n_tokens = len(context)
+            target.eval(pending + drafts)
+            base = len(context) + len(pending) - 1
+            batch_rows = target.scores[base : base + len(drafts) + 1]
+            accepted = 0
+            out: list[int] = []
+            for j, x in enumerate(drafts):
+                p = _probs(batch_rows[j], sampling, temp)
+                off = self.rule is Rule.OFF_BY_ONE
+                extra = {
+                    "q_wrong": q_wrongs[j] if q_wrongs else None,
+                    "p_wrong": _probs(batch_rows[max(j - 1, 0)], sampling, temp) if off else None,
+                }
+                used = batch_rows[max(j - 1, 0)] if self.rule is Rule.OFF_BY_ONE else batch_rows[j]
+                a = accept_probability(self.rule, p, qs[j], x, **extra)
+                if rng.random() < a:
+                    out.append(x)
+                    rows.append(used.copy())
+                    accepted += 1
+                    continue
+                out.append(_draw(residual(self.rule, p, qs[j], **extra), rng))
+                rows.append(used.copy())
+                break
+            else:  # every draft accepted: a bonus token from the last row
+                out.append(_draw(_probs(batch_rows[len(drafts)], sampling, temp), rng))
+                rows.append(batch_rows[len(drafts)].copy())
+            steps.append(DraftStep(len(emitted), len(drafts), accepted))
+            if not emitted:
+                t_first = time.perf_counter()
+            context += pending + out[:-1]
+            pending = [out[-1]]
+            for token in out:
+                emitted.append(token)
+                if self._is_eog(token):
+                    stop_reason = "eos"
+                    break
+                if len(emitted) >= max_tokens:
+                    break
+            del rows[len(emitted) :]
+        t_end = time.perf_counter()
+        stacked = np.stack(rows) if rows else np.empty((0, self._n_vocab), dtype=np.float32)
+        return self._generation(
+            prompt_tokens,
+            emitted,
+            stacked,
+            stop_reason=stop_reason,
+            seed=seed,
+            t_prompt=t_first - t0,
+            t_decode=t_end - t_first,
+            draft_steps=tuple(steps),
+        )
+
+    def fingerprint(self) -> dict[str, Any]:
+        fp = super().fingerprint()
+        fp["engine"] = f"reference:{self.rule.value}"
+        fp["logits_all"] = True
+        return fp
+
+
+def factory_for(rule: Rule) -> EngineFactory:
+    """An engine factory whose speculative path uses ``rule``; the baseline is plain llama.cpp."""
+
+    def make(config: RunConfig, *, speculative: bool) -> Any:
+        if not speculative:
+            return LlamaCppEngine(config, speculative=False)
+        return ReferenceEngine(config, rule=rule)
+
+    make.__name__ = f"reference_{rule.value}"
+    return make
+
+
+RULE_FACTORIES: dict[str, EngineFactory] = {rule.value: factory_for(rule) for rule in Rule}
+make_engine = RULE_FACTORIES["correct"]
