@@ -24,9 +24,10 @@ in one batch (B), as plain decoding and draft verification evaluate it:
 Temperature > 0 from the tests of `equiv.distribution` (Holm-adjusted within the prompt at the
 prompt's share alpha/P of the run's level):
 
-- ``sampler-bug`` if the speculative sampler-consistency test rejects (its tokens are not draws
-  from its own logits and chain), or the logits it used are not the target's (mean KL against the
-  target's single-token re-scoring > 0.1 nats);
+- ``sampler-bug`` if a sampler-consistency test (randomized PIT, or the top-token count) rejects
+  on either path (its tokens are not draws from its own logits and chain), or the logits the
+  speculative sampler used are not the target's (mean KL against the target's single-token
+  re-scoring > 0.1 nats);
 - ``numeric-drift`` if only the two-sample tests reject;
 - ``equivalent`` if nothing rejects and the consistency test had power >= 0.8 for Cohen's w = 0.1;
 - ``inconclusive`` otherwise, saying how many more tokens would give that power.
@@ -219,16 +220,18 @@ def classify_sampling(
     if differences:
         return _misconfiguration(differences, f"{len(rejected)} test(s) reject")
     spec = _test(analysis, "sampler-consistency:speculative")
-    base = _test(analysis, "sampler-consistency:baseline")
-    for path, test in (("speculative", spec), ("baseline", base)):
-        if test is not None and test["p_adjusted"] < alpha:
-            return Verdict(
-                Label.SAMPLER_BUG,
-                f"the {path} path's tokens are not draws from its own logits and sampler chain "
-                f"(chi-square {test['statistic']:.1f}, Holm-adjusted p = {test['p_adjusted']:.2g} "
-                f"< alpha {alpha:.2g}, n = {test['n']} tokens)",
-                ev,
-            )
+    for path in ("speculative", "baseline"):
+        for kind in ("top-token", "sampler-consistency"):
+            test = _test(analysis, f"{kind}:{path}")
+            if test is not None and test["p_adjusted"] < alpha:
+                return Verdict(
+                    Label.SAMPLER_BUG,
+                    f"the {path} path's tokens are not draws from its own logits and sampler "
+                    f"chain ({kind} test: statistic {test['statistic']:.2f}, Holm-adjusted p = "
+                    f"{test['p_adjusted']:.2g} < alpha {alpha:.2g}, n = {test['n']} tokens; "
+                    f"{test['detail'].split(';')[0]})",
+                    ev,
+                )
     drift = analysis.get("drift")
     if drift and drift["kl_mean"] > KL_NOT_TARGET:
         return Verdict(

@@ -26,6 +26,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "DEFAULT_DRAFT_QUANT",
+    "DRAFT_QUANTS",
     "DraftConfig",
     "Mode",
     "ModelSpec",
@@ -34,6 +36,11 @@ __all__ = [
     "fingerprint_digest",
     "load_toml",
 ]
+
+
+DEFAULT_DRAFT_QUANT = "Q4_0"
+# Quant name -> llama_ftype value (llama.h); the types that requantize from Q4_K_M in seconds.
+DRAFT_QUANTS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q8_0": 7, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_S": 14}
 
 
 class Mode(str, enum.Enum):

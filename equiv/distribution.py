@@ -5,8 +5,10 @@ and the configured sampler chain into two floats (the probability mass ranked be
 and the token's probability), enough for the randomized PIT of the one-sample *sampler
 consistency* test. `analyze_prompt` pools all seeds of one prompt and runs:
 
-- sampler consistency, per path (``stats.pit_uniformity_test``): are the emitted tokens draws
-  from the distribution the path's own logits and chain imply? Holds whatever the numerics;
+- sampler consistency, per path (``stats.pit_uniformity_test`` on the randomized PIT, and
+  ``stats.top_token_test`` on how often the most probable token came out): are the emitted
+  tokens draws from the distribution the path's own logits and chain imply? Holds whatever the
+  numerics;
 - baseline vs speculative, two-sample: first-token distribution (chi-square on merged bins),
   sequence log-likelihood under each path's own target rows and length (Mann-Whitney, KS);
 - same-seed agreement (informational: llama-cpp-python spends one random draw per token on both
@@ -37,6 +39,7 @@ from equiv.stats import (
     mann_whitney,
     pit_uniformity_test,
     randomized_pit,
+    top_token_test,
 )
 
 __all__ = ["PENALTY_WINDOW", "PIT_BINS", "analyze_prompt", "chain_pit"]
@@ -48,7 +51,8 @@ PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size
 def chain_pit(
     rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
 ) -> list[list[float]]:
-    """``[mass_before, p_token]`` of every emitted token under the configured chain."""
+    """``[mass_before, p_token, p_top]`` of every emitted token under the configured chain
+    (``p_top``: the probability of the chain's most probable token)."""
     out: list[list[float]] = []
     penalised = (
         sampling.repeat_penalty != 1 or sampling.frequency_penalty or sampling.presence_penalty
@@ -72,7 +76,7 @@ def chain_pit(
             typical_p=sampling.typical_p,
         )
         mass, p = pit_position(probs, int(token))
-        out.append([round(mass, 9), round(p, 9)])
+        out.append([round(mass, 9), round(p, 9), round(float(probs.max()), 9)])
     return out
 
 
@@ -84,8 +88,16 @@ def _pit_values(records: Sequence[Mapping[str, Any]], path: str, seed: int) -> A
     return randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed))
 
 
+def _top_token(records: Sequence[Mapping[str, Any]], path: str, alpha: float) -> TestResult:
+    pits = np.asarray([t for r in records for t in r[path].get("chain_pit", [])], dtype=float)
+    if pits.size == 0:
+        return top_token_test([], [], alpha=alpha)
+    # The emitted token is the top one exactly when no mass ranks before it.
+    return top_token_test(pits[:, 0] == 0.0, pits[:, 2], alpha=alpha)
+
+
 def _loglik(record: Mapping[str, Any], path: str) -> float:
-    return float(sum(np.log(max(p, 1e-300)) for _, p in record[path].get("chain_pit", [])))
+    return float(sum(np.log(max(t[1], 1e-300)) for t in record[path].get("chain_pit", [])))
 
 
 def _pit_hist(u: Any) -> dict[str, list[float]]:
@@ -134,6 +146,7 @@ def analyze_prompt(
             u[path] = _pit_values(records, path, pit_seed)
             result = pit_uniformity_test(u[path], alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
             tests.append(_renamed(result, f"sampler-consistency:{path}"))
+            tests.append(_renamed(_top_token(records, path, alpha), f"top-token:{path}"))
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
     tests.append(
         _renamed(

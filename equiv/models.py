@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from equiv.config import ModelSpec
+from equiv.config import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS, ModelSpec
 from equiv.errors import ConfigError, ModelError
 from equiv.gguf_info import VocabReport, read_gguf_info, require_vocab_compat
 
@@ -30,10 +30,6 @@ __all__ = [
     "derive_draft",
     "resolve_pair",
 ]
-
-DEFAULT_DRAFT_QUANT = "Q4_0"
-# Quant name -> llama_ftype value (llama.h); the types that requantize from Q4_K_M in seconds.
-DRAFT_QUANTS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q8_0": 7, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_S": 14}
 
 
 def cache_dir() -> Path:

@@ -10,13 +10,30 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig, load_toml
+from equiv.config import (
+    DEFAULT_DRAFT_QUANT,
+    DRAFT_QUANTS,
+    DraftConfig,
+    Mode,
+    RunConfig,
+    SamplingConfig,
+    load_toml,
+)
 from equiv.errors import ConfigError
-from equiv.models import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS, ModelPair, resolve_pair
 
-__all__ = ["RUN_OPTIONS", "Option", "add_arguments", "build_config", "merge_toml"]
+if TYPE_CHECKING:
+    from equiv.models import ModelPair
+
+__all__ = [
+    "PLUGIN_OPTIONS",
+    "RUN_OPTIONS",
+    "Option",
+    "add_arguments",
+    "build_config",
+    "merge_toml",
+]
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,13 @@ def _seeds(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"--seeds {value}: give a count >= 1 (e.g. 64)")
+    return value
+
+
+def _concurrency(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--server-concurrency {value}: give a count >= 1")
     return value
 
 
@@ -117,7 +141,63 @@ RUN_OPTIONS: tuple[Option, ...] = (
         metavar="S",
     ),
     Option(
-        "engine", "'llamacpp' or a user factory 'module:attr'", default="llamacpp", metavar="ENGINE"
+        "engine",
+        "'llamacpp', 'server' (HTTP) or a user factory 'module:attr'",
+        default="llamacpp",
+        metavar="ENGINE",
+    ),
+    # -- the server engine (equiv.engines.server) -------------------------------------------
+    Option("server-bin", "--engine server: start llama-server from this binary", metavar="PATH"),
+    Option("baseline-url", "--engine server: a running server for the baseline", metavar="URL"),
+    Option(
+        "speculative-url", "--engine server: a running server with a draft model", metavar="URL"
+    ),
+    Option(
+        "server-api",
+        "llama (llama-server /completion), openai (/v1/completions), auto: llama if /props answers",
+        default="auto",
+        choices=("auto", "llama", "openai"),
+    ),
+    Option("server-model", "model name of OpenAI requests (default: first served)", metavar="M"),
+    Option(
+        "server-concurrency",
+        "requests in flight per server (and llama-server slots)",
+        type=_concurrency,
+        default=4,
+        metavar="N",
+    ),
+    Option(
+        "server-timeout", "seconds to wait for one answer", type=float, default=600.0, metavar="S"
+    ),
+)
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"max drift rate {value}: give a fraction in [0, 1]")
+    return value
+
+
+#: Options of the pytest plugin only (``--equiv-<name>``, ini ``equiv_<dest>``); a TOML config may
+#: hold them too (``equiv run`` ignores them). The plugin's ``--equiv-mode`` also takes ``both``.
+PLUGIN_OPTIONS: tuple[Option, ...] = (
+    Option("report", "write results.jsonl (and report.html) of the session to DIR", metavar="DIR"),
+    Option(
+        "fail-on",
+        "labels that fail a test (comma list) [sampler-bug,misconfiguration]",
+        default="sampler-bug,misconfiguration",
+        metavar="LABELS",
+        multiple=True,
+    ),
+    Option(
+        "warn-on", "labels that pass with a warning (comma list)", metavar="LABELS", multiple=True
+    ),
+    Option(
+        "max-drift-rate",
+        "fail the session when more than this fraction of checks are numeric-drift",
+        type=_rate,
+        metavar="RATE",
     ),
 )
 
@@ -152,7 +232,7 @@ def merge_toml(
     if values.get("config"):
         toml = {k.replace("-", "_"): v for k, v in load_toml(values["config"]).items()}
     known = {o.dest for o in options}
-    unknown = sorted(set(toml) - known - {"fail_on", "max_drift_rate", "report"})
+    unknown = sorted(set(toml) - known - {o.dest for o in PLUGIN_OPTIONS})
     if unknown:
         raise ConfigError(f"unknown option(s) in {values['config']!r}: {', '.join(unknown)}")
     for opt in options:
@@ -177,8 +257,16 @@ def _split_list(value: Any) -> list[str]:
 def build_config(values: Mapping[str, Any]) -> tuple[RunConfig, ModelPair]:
     """A `RunConfig` from merged option values; resolves (and if needed derives) the models."""
     v = merge_toml(values)
+    from equiv.models import resolve_pair  # reads GGUF files: only when a run is configured
+
     pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"])
-    mode = Mode(v["mode"])
+    try:
+        mode = Mode(v["mode"])
+    except ValueError:
+        raise ConfigError(
+            f"mode {v['mode']!r} is not one of {', '.join(m.value for m in Mode)}; "
+            "'both' is for the pytest plugin (--equiv-mode both)"
+        ) from None
     sampling = (
         SamplingConfig(temp=0.0)
         if mode is Mode.TEMP0

@@ -166,8 +166,14 @@ class Runner:
         resume: bool = False,
         command: str = "",
         on_result: ProgressFn | None = None,
+        family_size: int | None = None,
     ) -> list[dict[str, Any]]:
-        """Run what is not done yet; returns the new result (and analysis) records."""
+        """Run what is not done yet; returns the new result (and analysis) records.
+
+        ``family_size`` is the number of prompts the run's alpha is shared among in sampling
+        mode (default: the prompts in ``items``); a caller that runs a suite one prompt at a
+        time (the pytest plugin) passes the suite's size.
+        """
         header = self.header(command)
         if self.results.exists():
             if not resume:
@@ -183,7 +189,7 @@ class Runner:
         todo = [item for item in items if item.key not in done]
         prompt_tokens = self.tokenize(todo)
         # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.
-        n_prompts = len({item.prompt.key for item in items})
+        n_prompts = family_size or len({item.prompt.key for item in items})
         self._prompt_alpha = self.config.alpha / max(n_prompts, 1)
         records: list[dict[str, Any]] = []
         for index, item in enumerate(todo):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SuiteSummary", "Summary", "summarize"]
+from equiv.classify import run_verdict
+from equiv.verdict import Label, verdict_of
+
+__all__ = ["SuiteSummary", "Summary", "summarize", "summarize_file"]
 
 
 @dataclass
@@ -23,6 +27,7 @@ class SuiteSummary:
     baseline_decode_s: float = 0.0
     speculative_tokens: int = 0
     speculative_decode_s: float = 0.0
+    labels: Counter[str] = field(default_factory=Counter)
 
     @property
     def acceptance(self) -> float | None:
@@ -38,11 +43,14 @@ class SuiteSummary:
         return self.speculative_tokens / s if s else 0.0
 
     def add(self, record: Mapping[str, Any]) -> None:
-        self.prompts += 1
-        if record["comparison"]["identical"]:
-            self.identical += 1
-        else:
-            self.diverged += 1
+        """A result record: temp-0 records count as prompts; sampling seeds only add speed."""
+        if record.get("mode", "temp0") == "temp0":
+            self.prompts += 1
+            self.labels[verdict_of(record).label.value] += 1
+            if record["comparison"]["identical"]:
+                self.identical += 1
+            else:
+                self.diverged += 1
         for step in record["speculative"]["draft_steps"]:
             if not step[3]:
                 self.drafted += step[1]
@@ -53,9 +61,15 @@ class SuiteSummary:
             setattr(self, f"{path}_tokens", getattr(self, f"{path}_tokens") + n)
             setattr(self, f"{path}_decode_s", getattr(self, f"{path}_decode_s") + gen["t_decode_s"])
 
+    def add_analysis(self, record: Mapping[str, Any]) -> None:
+        """A sampling-mode prompt: its verdict over all seeds."""
+        self.prompts += 1
+        self.labels[verdict_of(record).label.value] += 1
+
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.__dict__,
+            "labels": dict(self.labels),
             "acceptance": self.acceptance,
             "baseline_tps": self.baseline_tps,
             "speculative_tps": self.speculative_tps,
@@ -68,21 +82,25 @@ class Summary:
     total: SuiteSummary = field(default_factory=lambda: SuiteSummary("all"))
     events: list[dict[str, Any]] = field(default_factory=list)
 
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> Any:
+        labels = [label for label, n in self.total.labels.items() for _ in range(n)]
+        return run_verdict(labels, self.differences)
+
     @property
     def conclusion(self) -> str:
+        """The run's label and a one-line reason, with the label counts and acceptance."""
         t = self.total
         if t.prompts == 0:
             return "no results yet"
-        acc = f"; draft acceptance {t.acceptance:.2f}" if t.acceptance is not None else ""
-        if t.diverged == 0:
-            return (
-                f"speculative output identical to baseline on all {t.prompts} prompt(s) at "
-                f"temp 0{acc}"
-            )
-        return (
-            f"speculative output diverged from baseline on {t.diverged} of {t.prompts} "
-            f"prompt(s) at temp 0{acc}"
+        counts = ", ".join(
+            f"{t.labels[label.value]} {label.value}" for label in Label if t.labels[label.value]
         )
+        acc = f"; draft acceptance {t.acceptance:.2f}" if t.acceptance is not None else ""
+        verdict = self.verdict
+        return f"{verdict.label.value.upper()}: {verdict.reason} ({counts}{acc})"
 
     @property
     def failed_controls(self) -> list[dict[str, Any]]:
@@ -90,11 +108,30 @@ class Summary:
 
 
 def summarize(
-    records: Iterable[Mapping[str, Any]], events: Iterable[Mapping[str, Any]] = ()
+    records: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]] = (),
+    analyses: Iterable[Mapping[str, Any]] = (),
+    *,
+    differences: Iterable[str] = (),
 ) -> Summary:
-    summary = Summary(events=[dict(e) for e in events])
+    summary = Summary(events=[dict(e) for e in events], differences=list(differences))
     for record in records:
         suite = str(record["suite"])
         summary.suites.setdefault(suite, SuiteSummary(suite)).add(record)
         summary.total.add(record)
+    for record in analyses:
+        suite = str(record["suite"])
+        summary.suites.setdefault(suite, SuiteSummary(suite)).add_analysis(record)
+        summary.total.add_analysis(record)
     return summary
+
+
+def summarize_file(results: Any) -> Summary:
+    """The summary of a `ResultsFile`."""
+    header = results.header()
+    return summarize(
+        results.results(),
+        results.events(),
+        results.analyses(),
+        differences=header.get("differences", []),
+    )

@@ -1,4 +1,4 @@
-"""Terminal views of a run: the summary table and the controls."""
+"""Terminal views of a run: the summary table, the controls and the conclusion."""
 
 from __future__ import annotations
 
@@ -8,8 +8,17 @@ from rich.console import Console
 from rich.table import Table
 
 from equiv.summary import SuiteSummary, Summary
+from equiv.verdict import Label
 
 __all__ = ["print_summary"]
+
+_LABEL_STYLE = {
+    Label.EQUIVALENT: "green",
+    Label.NUMERIC_DRIFT: "yellow",
+    Label.SAMPLER_BUG: "red",
+    Label.MISCONFIGURATION: "magenta",
+    Label.INCONCLUSIVE: "blue",
+}
 
 
 def _row(s: SuiteSummary) -> list[str]:
@@ -19,11 +28,11 @@ def _row(s: SuiteSummary) -> list[str]:
         if s.baseline_tps and s.speculative_tps
         else "-"
     )
+    labels = [str(s.labels.get(label.value, 0)) for label in Label]
     return [
         s.suite,
         str(s.prompts),
-        str(s.identical),
-        str(s.diverged),
+        *labels,
         acc,
         f"{s.baseline_tps:.1f}",
         f"{s.speculative_tps:.1f}",
@@ -32,18 +41,13 @@ def _row(s: SuiteSummary) -> list[str]:
 
 
 def print_summary(summary: Summary, console: Console, *, results_path: Path | None = None) -> None:
-    table = Table(title="equiv: baseline vs speculative at temp 0")
-    for name in (
-        "suite",
-        "prompts",
-        "equivalent",
-        "diverged",
-        "acceptance",
-        "base tok/s",
-        "spec tok/s",
-        "speed-up",
-    ):
-        table.add_column(name, justify="left" if name == "suite" else "right")
+    table = Table(title="equiv: baseline vs speculative")
+    table.add_column("suite")
+    table.add_column("prompts", justify="right")
+    for label in Label:
+        table.add_column(label.value, justify="right", style=_LABEL_STYLE[label])
+    for name in ("acceptance", "base tok/s", "spec tok/s", "speed-up"):
+        table.add_column(name, justify="right")
     for suite in summary.suites.values():
         table.add_row(*_row(suite))
     table.add_section()
@@ -52,6 +56,9 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
     for event in summary.events:
         mark = "[green]ok[/]" if event.get("ok") else "[red]FAILED[/]"
         console.print(f"control {event['event']}: {mark} - {event['detail']}", highlight=False)
-    console.print(f"[bold]{summary.conclusion}[/]", highlight=False)
+    for difference in summary.differences:
+        console.print(f"[magenta]setup differs[/]: {difference}", highlight=False)
+    style = _LABEL_STYLE[summary.verdict.label]
+    console.print(f"[bold {style}]{summary.conclusion}[/]", highlight=False)
     if results_path is not None:
         console.print(f"results: {results_path}", highlight=False)

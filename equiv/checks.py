@@ -1,0 +1,330 @@
+"""Checks one prompt x mode at a time on models loaded once: what the pytest plugin runs.
+
+A `CheckSession` owns one `Runner` per mode over a single pair of engines, so the models load
+once whatever the modes; each `Check` carries its records as plain data (pytest-xdist ships them
+from a worker to the controller), its verdict, and the action a `Policy` gives that verdict.
+`describe` writes the few lines a failing check shows; `write_results` merges the checks of a
+session into one results file per mode. No pytest here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import shlex
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from equiv.errors import ConfigError, EquivError
+from equiv.prompts import Prompt
+from equiv.runner import Runner, plan
+from equiv.verdict import Label, Verdict, verdict_of
+
+__all__ = [
+    "Check",
+    "CheckSession",
+    "Policy",
+    "describe",
+    "divergence_line",
+    "problems",
+    "summary_lines",
+    "write_results",
+]
+
+FAIL, WARN, PASS = "fail", "warn", "pass"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which labels fail a check or warn, and how much numeric drift a session may show."""
+
+    fail_on: frozenset[Label] = frozenset({Label.SAMPLER_BUG, Label.MISCONFIGURATION})
+    warn_on: frozenset[Label] = frozenset()
+    max_drift_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        rate = self.max_drift_rate
+        if rate is not None and not (isinstance(rate, int | float) and 0 <= rate <= 1):
+            raise ConfigError(f"max drift rate {rate!r} is not a fraction in [0, 1]; e.g. 0.1")
+
+    def judge(self, verdicts: Sequence[Verdict]) -> tuple[str, int]:
+        """The action and the index of the verdict that decides it: the first that fails, else
+        the first that warns, else the first that is not equivalent, else the first."""
+        for action, labels in ((FAIL, self.fail_on), (WARN, self.warn_on - self.fail_on)):
+            for i, verdict in enumerate(verdicts):
+                if verdict.label in labels:
+                    return action, i
+        return PASS, next((i for i, v in enumerate(verdicts) if not v.equivalent), 0)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One prompt x mode, checked: ``.label``, ``.reason``, ``.equivalent``, and the records."""
+
+    key: str
+    mode: str
+    action: str
+    verdict: Verdict
+    record: dict[str, Any]  # the record the verdict is about (in sampling mode: one seed)
+    records: tuple[dict[str, Any], ...]
+    header: dict[str, Any]
+    extras: tuple[dict[str, Any], ...] = ()  # what else the run appended: events, analyses
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Controls (determinism, self-draft) run during this check."""
+        return [x for x in self.extras if x.get("kind") == "event"]
+
+    @property
+    def label(self) -> Label:
+        return self.verdict.label
+
+    @property
+    def reason(self) -> str:
+        return self.verdict.reason
+
+    @property
+    def equivalent(self) -> bool:
+        """True when every verdict judged is `equivalent` (the one shown is the first that is
+        not, see `Policy.judge`)."""
+        return self.verdict.equivalent
+
+    def __str__(self) -> str:
+        return "\n".join(describe(self.verdict, self.record))
+
+    def __repr__(self) -> str:
+        div = divergence_line(self.record)
+        return f"<equiv {self.key}: {self.label}: {self.reason}{'; ' + div if div else ''}>"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**data, "verdict": self.verdict.to_dict(), "records": list(self.records)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Check:
+        values = {**data, "verdict": Verdict.from_dict(data["verdict"])}
+        return cls(**{**values, "records": tuple(data["records"]), "extras": tuple(data["extras"])})
+
+
+def describe(verdict: Verdict, record: Mapping[str, Any]) -> list[str]:
+    """A few lines a human reads: label and reason, the first divergence, the evidence."""
+    lines = [f"{verdict.label}: {verdict.reason}"]
+    comparison = record.get("comparison") or {}  # an analysis record (sampling) has none
+    div = comparison.get("divergence")
+    if div:
+        pos = div["position"]
+        seed = "" if record.get("seed") is None else f", seed {record['seed']}"
+        before = (record["prompt"].get("text") or "") + "".join(record["baseline"]["pieces"][:pos])
+        lines.append(
+            f"  first divergence at token {pos} ({comparison['n_baseline']} baseline / "
+            f"{comparison['n_speculative']} speculative tokens{seed}), after {before[-40:]!r}:"
+        )
+        for path, other in (("baseline", "speculative"), ("speculative", "baseline")):
+            lines.append(f"    {path:<12} " + _side(div, path, other, record[path]))
+        parts = []
+        if div.get("delta_logit_at_divergence") is not None:
+            parts.append(f"max |delta logit| {div['delta_logit_at_divergence']:.4f} at that row")
+        if drift := comparison.get("drift"):
+            parts.append(
+                f"over the {drift['positions']} shared rows max |delta logit| "
+                f"{drift['max_abs_delta_logit']:.4f}, mean KL {drift['mean_kl']:.2e}, "
+                f"top-1 agreement {drift['top1_agreement']:.3f}"
+            )
+        if parts:
+            lines.append("  " + "; ".join(parts))
+    evidence = [
+        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={str(v)[:40]}"
+        for k, v in verdict.evidence.items()
+        if v is None or isinstance(v, str | int | float | bool)
+    ]
+    if evidence:
+        lines.append("  evidence: " + ", ".join(evidence[:6]))
+    return lines
+
+
+def _side(div: Mapping[str, Any], path: str, other: str, gen: Mapping[str, Any]) -> str:
+    if div[f"{path}_token"] is None:
+        return f"ended after {len(gen['tokens'])} tokens ({gen['stop_reason']})"
+    text = f"{div[f'{path}_text']!r} (id {div[f'{path}_token']})"
+    margin = div.get(f"margin_{path}")
+    if margin is None:
+        return text
+    if margin < 0:  # the path did not pick its own favourite of the two
+        return f"{text} trailed {div[f'{other}_text']!r} by {-margin:.4f} in its own logits"
+    return f"{text} led {div[f'{other}_text']!r} by {margin:.4f} in its own logits"
+
+
+def divergence_line(record: Mapping[str, Any]) -> str:
+    """The first divergence in one line (empty when the outputs are identical)."""
+    div = (record.get("comparison") or {}).get("divergence")
+    if not div:
+        return ""
+    b, s = div["baseline_text"], div["speculative_text"]
+    return f"first divergence at token {div['position']}: baseline {b!r}, speculative {s!r}"
+
+
+class CheckSession:
+    """Runs checks on models loaded on first use, once: every mode shares the same engines.
+
+    ``values`` are merged option values (`equiv.options.merge_toml`); the runners write to a
+    private temporary directory, removed by `close`.
+    """
+
+    def __init__(
+        self, values: Mapping[str, Any], policy: Policy, *, argv: Sequence[str] = ()
+    ) -> None:
+        self.values, self.policy, self.argv = dict(values), policy, list(argv)
+        self._runners: dict[str, Runner] = {}
+        self._engines: tuple[Any, Any] | None = None
+        self._error: Exception | None = None
+        self._tmp: str | None = None
+        # How many prompts share the run's alpha in sampling mode (set from the collected suite).
+        self.family_size: int | None = None
+
+    def runner(self, mode: str) -> Runner:
+        if self._error is not None:
+            raise self._error  # the models failed to load once: fail every check fast
+        if mode not in self._runners:
+            try:
+                self._runners[mode] = self._make_runner(mode)
+            except Exception as exc:
+                self._error = exc
+                raise
+        return self._runners[mode]
+
+    def _make_runner(self, mode: str) -> Runner:
+        from equiv.engines import load_factory
+        from equiv.options import build_config, merge_toml
+
+        self._tmp = self._tmp or tempfile.mkdtemp(prefix="equiv-checks-")
+        config, pair = build_config({**self.values, "mode": mode})
+        factory: Any = load_factory(config.engine)
+        if self._engines is None:
+            if importlib.util.find_spec("equiv.engines.server") is not None:
+                server = importlib.import_module("equiv.engines.server")
+                configure = getattr(server, "configure_from_options", None)
+                if configure is not None:  # the server engine reads its options as `equiv run`
+                    configure(merge_toml(self.values), engine=config.engine, log_dir=self._tmp)
+        else:
+            engines = self._engines
+            factory = lambda _config, *, speculative: engines[speculative]  # noqa: E731
+        runner = Runner(
+            config,
+            factory,
+            Path(self._tmp) / f"{mode}.jsonl",
+            extra_header={"vocab": pair.vocab.to_dict(), "argv": self.argv},
+        )
+        self._engines = (runner.baseline, runner.speculative)
+        return runner
+
+    def check(self, mode: str, prompt: Prompt, *, max_tokens: int | None = None) -> Check:
+        """Run ``prompt`` in ``mode`` (every seed in sampling mode) and judge it."""
+        if mode not in ("temp0", "sampling"):
+            raise ConfigError(f"mode {mode!r} is not one of temp0, sampling")
+        runner = self.runner(mode)
+        items = plan([prompt], runner.config)
+        if max_tokens is not None:
+            items = [dataclasses.replace(i, max_tokens=max_tokens) for i in items]
+        seen = len(list(runner.results.records())) if runner.results.exists() else 0
+        ran = runner.run(
+            items, resume=True, command=shlex.join(self.argv), family_size=self.family_size
+        )
+        if not ran:
+            raise EquivError(
+                f"{items[0].key} was already checked in this session (a rerun?); "
+                "equiv checks each prompt once per session"
+            )
+        # The file is the source of truth: results, then what else the run appended (controls,
+        # and in sampling mode the prompt's analysis, whose verdict speaks for all its seeds).
+        new = [r for r in list(runner.results.records())[seen:] if r.get("kind") != "header"]
+        records = [r for r in new if r.get("kind") == "result"]
+        extras = [r for r in new if r.get("kind") != "result"]
+        judged = [x for x in extras if x.get("verdict")] or records
+        verdicts = [verdict_of(r) for r in judged]
+        action, index = self.policy.judge(verdicts)
+        return Check(
+            key=f"{prompt.key}::{mode}",
+            mode=mode,
+            action=action,
+            verdict=verdicts[index],
+            record=judged[index],
+            records=tuple(records),
+            header=runner.results.header(),
+            extras=tuple(extras),
+        )
+
+    def close(self) -> None:
+        for engine in self._engines or ():
+            engine.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
+    """Why the session fails as a whole: a failed control, or too much numeric drift."""
+    found = [
+        f"control {e['event']} FAILED: {e['detail']}"
+        for c in checks
+        for e in c.events
+        if e.get("ok") is False
+    ]
+    drift = sum(c.label is Label.NUMERIC_DRIFT for c in checks)
+    rate = policy.max_drift_rate
+    if rate is not None and checks and drift > rate * len(checks):
+        found.append(
+            f"numeric-drift on {drift} of {len(checks)} check(s) ({drift / len(checks):.2f}) "
+            f"is above the allowed rate {rate}"
+        )
+    return found
+
+
+def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
+    """One results file per mode (``out/results.jsonl``, or ``out/<mode>/`` for two modes),
+    with ``report.html`` beside it when `equiv.report` is installed; the files written."""
+    from equiv.results import ResultsFile
+
+    by_mode: dict[str, list[Check]] = {}
+    for c in checks:
+        by_mode.setdefault(c.mode, []).append(c)
+    written: list[Path] = []
+    for mode, group in sorted(by_mode.items()):
+        folder = out if len(by_mode) == 1 else out / mode
+        results = ResultsFile(folder / "results.jsonl")
+        results.path.unlink(missing_ok=True)
+        results.write_header(
+            {k: v for k, v in group[0].header.items() if k not in ("kind", "schema")}
+        )
+        for c in group:
+            for record in c.records:
+                results.append_result(record)
+            for extra in c.extras:  # its own "kind" (event, analysis) wins over "event"
+                results.append_event(extra)
+        written.append(results.path)
+        if importlib.util.find_spec("equiv.report") is not None:
+            report = importlib.import_module("equiv.report")
+            report.write_report(results.path, folder / "report.html")
+            written.append(folder / "report.html")
+    return written
+
+
+def summary_lines(checks: Sequence[Check]) -> list[str]:
+    """The session's end in a few lines: label counts, controls, each mode's conclusion."""
+    from equiv.summary import summarize
+
+    counts = Counter(c.label.value for c in checks)
+    lines = ["labels: " + ", ".join(f"{n} {label}" for label, n in counts.items())]
+    for mode in sorted({c.mode for c in checks}):
+        group = [c for c in checks if c.mode == mode]
+        events = [e for c in group for e in c.events]
+        for e in events:
+            lines.append(f"control {e['event']}: {'ok' if e['ok'] else 'FAILED'} - {e['detail']}")
+        lines.append(
+            f"{mode}: {summarize([r for c in group for r in c.records], events).conclusion}"
+        )
+    return lines

@@ -1,0 +1,51 @@
+"""The equiv_check fixture: hand-written prompts on the session's models, loaded once."""
+
+pytest_plugins = ["pytester"]
+
+HAND_WRITTEN = """
+import pytest
+
+def test_text(equiv_check):
+    check = equiv_check("all the same", max_tokens=3)
+    assert check.equivalent
+    assert check.label == "equivalent"
+    assert len(check.record["baseline"]["tokens"]) == 3
+
+def test_chat_messages(equiv_check):
+    assert equiv_check([{"role": "user", "content": "hi"}]).equivalent
+
+def test_divergence(equiv_check):
+    check = equiv_check("a sampler bug")
+    assert check.equivalent, check
+
+def test_bad_mode(equiv_check):
+    equiv_check("x", mode="greedy")
+"""
+
+
+def test_fixture_checks_share_one_pair_of_models_and_explain_a_divergence(project):
+    project.pytester.makepyfile(test_hand=HAND_WRITTEN)
+    # Without an --equiv-* option the suite adds no items; the fixture still works, with the
+    # engine and models named in [tool.equiv].
+    project.pytester.makepyprojecttoml(
+        '[tool.equiv]\nengine = "fake_engine:make_engine"\n'
+        'target = "target.gguf"\ndraft = "draft.gguf"\n'
+    )
+    result = project.pytester.runpytest()
+    calls = project.calls(result)
+    assert list(calls) == [
+        f"test_hand.py::test_{n}" for n in ("text", "chat_messages", "divergence", "bad_mode")
+    ]
+    assert calls["test_hand.py::test_text"].passed
+    assert calls["test_hand.py::test_chat_messages"].passed
+    assert project.loads() == ["baseline", "speculative"]  # one load for the session
+    text = calls["test_hand.py::test_divergence"].longreprtext
+    label = project.label(calls["test_hand.py::test_divergence"])
+    assert "<equiv check/test_divergence_" in text
+    assert f": {label}: " in text
+    assert "first divergence at token 2: baseline 't5', speculative 't6'" in text
+    assert (
+        "mode 'greedy' is not one of temp0, sampling"
+        in calls["test_hand.py::test_bad_mode"].longreprtext
+    )
+    result.stdout.fnmatch_lines(["*= equiv =*", "labels: *equivalent*"])

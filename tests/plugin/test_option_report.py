@@ -1,0 +1,39 @@
+"""--equiv-report DIR: the session's results file (and HTML page), written once."""
+
+import importlib.util
+
+from equiv.plugin import FAIL_ON_OPTION, REPORT_OPTION
+
+pytest_plugins = ["pytester"]
+
+
+def test_report_holds_a_header_every_check_and_the_controls(project):
+    project.pytester.makepyfile(
+        test_hand="""
+        def test_hand(equiv_check):
+            assert equiv_check("a hand written prompt").equivalent
+        """
+    )
+    result = project.pytester.runpytest(
+        *project.args, REPORT_OPTION, "report", FAIL_ON_OPTION, project.NOT_EQUIVALENT
+    )
+    lines = project.results()
+    assert lines[0]["kind"] == "header"
+    assert lines[0]["config"]["engine"] == "fake_engine:make_engine"
+    assert sum(r["kind"] == "header" for r in lines) == 1
+    keys = sorted(r["key"] for r in lines if r["kind"] == "result")
+    assert keys[1:] == ["s/bug::temp0", "s/drift::temp0", "s/same::temp0"]
+    assert keys[0].startswith("check/test_hand_")
+    assert [r["event"] for r in lines if r["kind"] == "event"] == ["determinism"]
+    records = {r["key"]: r for r in lines if r["kind"] == "result"}
+    assert records["s/bug::temp0"]["comparison"]["divergence"]["position"] == 2  # failed, kept
+    html = project.report / "report.html"
+    assert html.is_file() is (importlib.util.find_spec("equiv.report") is not None)
+    result.stdout.fnmatch_lines(["equiv report: *results.jsonl"])
+
+
+def test_a_second_session_replaces_the_results(project):
+    project.pytester.runpytest(*project.args, REPORT_OPTION, "report")
+    project.pytester.runpytest(*project.args, REPORT_OPTION, "report", "-k", "same")
+    lines = project.results()
+    assert [r["key"] for r in lines if r["kind"] == "result"] == ["s/same::temp0"]

@@ -1,0 +1,77 @@
+"""equiv.checks: the fail/warn policy, the session-level problems, plain-data round trips."""
+
+import pytest
+
+from equiv.checks import Check, Policy, describe, problems
+from equiv.errors import ConfigError
+from equiv.verdict import Label, Verdict
+
+EQ = Verdict(Label.EQUIVALENT, "token IDs identical")
+DRIFT = Verdict(Label.NUMERIC_DRIFT, "near tie", {"margin": 0.01, "rows": [1, 2]})
+BUG = Verdict(Label.SAMPLER_BUG, "not its own argmax")
+
+
+def _check(verdict, *, events=()):
+    record = {"comparison": {"identical": verdict.equivalent, "divergence": None}, "prompt": {}}
+    return Check(
+        key="s/p::temp0",
+        mode="temp0",
+        action="pass",
+        verdict=verdict,
+        record=record,
+        records=(record,),
+        header={"kind": "header"},
+        extras=tuple({"kind": "event", **e} for e in events),
+    )
+
+
+@pytest.mark.parametrize(
+    ("policy", "verdicts", "expected"),
+    [
+        (Policy(), [EQ, EQ], ("pass", 0)),
+        (Policy(), [EQ, DRIFT], ("pass", 1)),
+        (Policy(), [DRIFT, BUG], ("fail", 1)),
+        (Policy(warn_on=frozenset({Label.NUMERIC_DRIFT})), [EQ, DRIFT], ("warn", 1)),
+        (Policy(fail_on=frozenset(), warn_on=frozenset({Label.SAMPLER_BUG})), [BUG], ("warn", 0)),
+        (
+            Policy(fail_on=frozenset({BUG.label}), warn_on=frozenset({BUG.label})),
+            [BUG],
+            ("fail", 0),
+        ),
+    ],
+)
+def test_policy_judges_the_first_failing_then_warning_then_differing_verdict(
+    policy, verdicts, expected
+):
+    assert policy.judge(verdicts) == expected
+
+
+def test_a_drift_rate_outside_zero_one_is_refused():
+    with pytest.raises(ConfigError, match=r"max drift rate 2 .*\[0, 1\]"):
+        Policy(max_drift_rate=2)
+
+
+def test_problems_name_failed_controls_and_a_drift_rate_above_the_limit():
+    checks = [
+        _check(DRIFT),
+        _check(EQ, events=[{"event": "determinism", "ok": False, "detail": "x"}]),
+    ]
+    assert problems(checks, Policy()) == ["control determinism FAILED: x"]
+    found = problems(checks, Policy(max_drift_rate=0.4))
+    assert found[1] == "numeric-drift on 1 of 2 check(s) (0.50) is above the allowed rate 0.4"
+    assert len(problems(checks, Policy(max_drift_rate=0.5))) == 1
+
+
+def test_a_check_survives_plain_data_and_reads_back_equal():
+    check = _check(DRIFT, events=[{"event": "determinism", "ok": True, "detail": "ok"}])
+    assert Check.from_dict(check.to_dict()) == check
+    assert check.events == [{"kind": "event", "event": "determinism", "ok": True, "detail": "ok"}]
+    assert not check.equivalent
+    assert repr(check) == "<equiv s/p::temp0: numeric-drift: near tie>"
+
+
+def test_describe_shows_scalar_evidence_only():
+    assert describe(DRIFT, _check(DRIFT).record) == [
+        "numeric-drift: near tie",
+        "  evidence: margin=0.01",
+    ]
