@@ -67,6 +67,13 @@ def chain_pit(
                 frequency_penalty=sampling.frequency_penalty,
                 presence_penalty=sampling.presence_penalty,
             )
+        ids: Any = None
+        if 0 < sampling.top_k < row.shape[0]:
+            # Only the top_k (ties at the boundary included) can survive the chain: run it on
+            # those candidates, in ascending id order so that ties rank as over the full row.
+            kth = np.partition(logits, logits.shape[0] - sampling.top_k)[-sampling.top_k]
+            ids = np.flatnonzero(logits >= kth)
+            logits = logits[ids]
         probs = chain_probs(
             logits,
             temp=sampling.temp,
@@ -75,7 +82,12 @@ def chain_pit(
             min_p=sampling.min_p,
             typical_p=sampling.typical_p,
         )
-        mass, p = pit_position(probs, int(token))
+        if ids is not None:
+            where = np.flatnonzero(ids == int(token))
+            # A token outside the candidates had probability 0: all the mass ranks before it.
+            mass, p = pit_position(probs, int(where[0])) if where.size else (1.0, 0.0)
+        else:
+            mass, p = pit_position(probs, int(token))
         out.append([round(mass, 9), round(p, 9), round(float(probs.max()), 9)])
     return out
 

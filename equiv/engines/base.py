@@ -28,11 +28,14 @@ class Capabilities:
     full_logits: every `Generation` carries the full logits row its sampler used per token.
     deterministic_seed: the same seed gives the same output.
     rescoring: it can score a given token sequence (teacher forcing).
+    token_ids: tokens are real token IDs; False when a server returns only their text, so tokens
+        are compared by text (stand-in IDs, see `equiv.engines.server_api.piece_id`).
     """
 
     full_logits: bool
     deterministic_seed: bool
     rescoring: bool = False
+    token_ids: bool = True
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)
@@ -78,15 +81,28 @@ class EngineFactory(Protocol):
 
 
 def load_factory(spec: str) -> EngineFactory:
-    """``llamacpp`` (the built-in engine) or ``module:attr`` naming a user factory."""
+    """``llamacpp``, ``server`` (the built-in engines) or ``module:attr`` naming a user factory."""
     if spec == "llamacpp":
         from equiv.engines.llamacpp import make_engine
 
         return make_engine
+    if spec == "server":
+        from equiv.engines.server import make_engine as server_factory
+
+        return server_factory
+    if spec == "reference" or spec.startswith("reference:"):
+        from equiv.engines.reference import RULE_FACTORIES
+
+        rule = spec.partition(":")[2] or "correct"
+        if rule not in RULE_FACTORIES:
+            raise ConfigError(
+                f"reference engine rule {rule!r} is unknown; use one of {', '.join(RULE_FACTORIES)}"
+            )
+        return RULE_FACTORIES[rule]
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(
-            f"engine {spec!r} is neither 'llamacpp' nor 'module:attr'; "
+            f"engine {spec!r} is neither 'llamacpp', 'server' nor 'module:attr'; "
             "name a factory such as 'mypackage.engines:make_engine'"
         )
     try:

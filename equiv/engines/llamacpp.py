@@ -135,6 +135,8 @@ class LlamaCppEngine:
     """One path over llama-cpp-python: ``speculative`` plugs in a `GGUFDraftModel`."""
 
     capabilities = Capabilities(full_logits=True, deterministic_seed=True, rescoring=True)
+    # Sampling mode: evaluate each prompt once and reuse it for every seed (see _cache_prefix).
+    reuse_prompt_state = True
 
     def __init__(self, config: RunConfig, *, speculative: bool) -> None:
         config = config.for_path(speculative=speculative)
@@ -214,7 +216,7 @@ class LlamaCppEngine:
         if self._draft is not None:
             self._draft.calls.clear()
         llm.set_seed(seed if seed is not None else 1)
-        if self.config.mode is Mode.SAMPLING:
+        if self.config.mode is Mode.SAMPLING and self.reuse_prompt_state:
             self._cache_prefix(prompt_tokens)
         else:
             llm.reset()  # temp 0: evaluate the whole prompt afresh, as a user's first request

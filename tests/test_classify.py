@@ -1,0 +1,88 @@
+"""Each label produced by a real constructed scenario on gemma, never by hand-made records."""
+
+import pytest
+
+from equiv.config import RunConfig
+from equiv.engines import load_factory
+from equiv.prompts import load_suites
+from equiv.results import ResultsFile
+from equiv.runner import Runner, plan
+from equiv.verdict import Label, verdict_of
+
+pytestmark = pytest.mark.model
+
+# Prompts with early near-ties on gemma-3-270m (most diverge at temp 0 on this CPU), and one
+# short prompt that stays identical.
+PROMPTS = ["code/py_binary_search", "code/py_last_n", "code/py_transpose_brackets"]
+
+
+def _prompts(keys):
+    by_key = {p.key: p for p in load_suites()}
+    return [by_key[k] for k in keys]
+
+
+def _run(config, engine, tmp_path, keys):
+    with Runner(config, load_factory(engine), tmp_path / "results.jsonl") as runner:
+        runner.run(plan(_prompts(keys), config))
+    results = ResultsFile(tmp_path / "results.jsonl")
+    return results.header(), results.results()
+
+
+def test_llama_cpp_speculative_divergences_are_numeric_drift(temp0_config, tmp_path):
+    _, records = _run(temp0_config, "llamacpp", tmp_path, PROMPTS)
+    diverged = [r for r in records if not r["comparison"]["identical"]]
+    identical = [r for r in records if r["comparison"]["identical"]]
+    assert diverged, f"none of {PROMPTS} diverged on this machine; pick closer near-ties"
+    for record in diverged:
+        verdict = verdict_of(record)
+        assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
+        ev = verdict.evidence
+        # Each path emitted its own argmax; the target's own gap was small and positive.
+        assert ev["margin_baseline"] >= 0
+        assert ev["margin_speculative"] >= 0
+        assert 0 <= ev["gap_single"] < 1.0
+    for record in identical:
+        assert verdict_of(record).label is Label.EQUIVALENT
+
+
+def test_logits_from_the_wrong_row_are_a_sampler_bug(temp0_config, tmp_path):
+    _, records = _run(temp0_config, "reference:off_by_one", tmp_path, ["code/fib_lt"])
+    (record,) = records
+    assert not record["comparison"]["identical"]
+    verdict = verdict_of(record)
+    assert verdict.label is Label.SAMPLER_BUG, verdict.reason
+    assert "not the target's" in verdict.reason
+
+
+def test_correct_reference_sampler_at_temp0_is_not_a_sampler_bug(temp0_config, tmp_path):
+    _, records = _run(temp0_config, "reference", tmp_path, ["code/fib_lt"])
+    assert verdict_of(records[0]).label in (Label.EQUIVALENT, Label.NUMERIC_DRIFT)
+
+
+def test_another_quant_of_the_target_is_a_misconfiguration(model_pair, tmp_path):
+    config = RunConfig(
+        target=model_pair.target,
+        draft=model_pair.draft,
+        max_tokens=12,
+        spec_overrides=(("target", model_pair.draft.path), ("top_p", 0.5)),
+    )
+    header, records = _run(config, "llamacpp", tmp_path, ["code/fib_lt"])
+    differences = header["differences"]
+    assert any(d.startswith("target_sha256") for d in differences)
+    assert any(d.startswith("target_quant: 'Q4_K_M' vs 'Q4_0'") for d in differences)
+    assert any(d.startswith("sampling:") and "top_p" in d for d in differences)
+    verdict = verdict_of(records[0])
+    assert verdict.label is Label.MISCONFIGURATION
+    assert "not the same experiment" in verdict.reason
+
+
+def test_a_smaller_context_on_one_path_is_a_misconfiguration(model_pair, tmp_path):
+    config = RunConfig(
+        target=model_pair.target,
+        draft=model_pair.draft,
+        max_tokens=8,
+        spec_overrides=(("n_ctx", 1024),),
+    )
+    header, records = _run(config, "llamacpp", tmp_path, ["code/fib_lt"])
+    assert any("n_ctx: 2048 vs 1024" in d and "truncated" in d for d in header["differences"])
+    assert verdict_of(records[0]).label is Label.MISCONFIGURATION
