@@ -98,6 +98,7 @@ class Generation:
     t_prompt_s: float
     t_decode_s: float
     draft_steps: tuple[DraftStep, ...] = ()
+    draft_s: float = 0.0  # wall time spent inside the draft model (speculative path)
     seed: int | None = None
     logits: npt.NDArray[np.float32] | None = field(default=None, compare=False, repr=False)
 
@@ -139,6 +140,7 @@ class Generation:
             "t_prompt_s": round(self.t_prompt_s, 6),
             "t_decode_s": round(self.t_decode_s, 6),
             "draft_steps": [s.to_dict() for s in self.draft_steps],
+            "draft_s": round(self.draft_s, 6),
             "seed": self.seed,
         }
 
@@ -155,6 +157,7 @@ class Generation:
             t_prompt_s=float(data["t_prompt_s"]),
             t_decode_s=float(data["t_decode_s"]),
             draft_steps=tuple(DraftStep.from_dict(s) for s in data.get("draft_steps", [])),
+            draft_s=float(data.get("draft_s", 0.0)),
             seed=data.get("seed"),
         )
 

@@ -366,20 +366,30 @@ class DriftMetrics:
         return cls(**_fields_from(cls, data))
 
 
-def _log_softmax(x: FloatArray) -> FloatArray:
-    z = x - x.max(axis=1, keepdims=True)
-    return np.asarray(z - np.log(np.exp(z).sum(axis=1, keepdims=True)), dtype=np.float64)
+def _row_kl(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
+    """KL(softmax a || softmax b) of one row: float32 arithmetic, float64 sums."""
+    za, zb = a - a.max(), b - b.max()
+    ea = np.exp(za)
+    sa, sb = float(ea.sum(dtype=np.float64)), float(np.exp(zb).sum(dtype=np.float64))
+    if np.isfinite(a).all() and np.isfinite(b).all():
+        diff = za - zb
+    else:  # 0 log 0 = 0 where a forbids a token; inf where only b forbids it
+        with np.errstate(invalid="ignore"):
+            diff = np.where(ea > 0.0, za - zb, 0.0)
+    cross = float((ea * diff).sum(dtype=np.float64)) / sa
+    return max(cross - math.log(sa) + math.log(sb), 0.0)
 
 
 def drift_metrics(logits_a: npt.ArrayLike, logits_b: npt.ArrayLike) -> DriftMetrics:
     """Per-row ``KL(P_a || P_b) = sum_i P_a(i) (log P_a(i) - log P_b(i))`` with ``P =
-    softmax(logits)`` computed by log-softmax in float64, summarised by mean, 99th percentile
-    (linear interpolation) and max; the largest ``|l_a - l_b|`` over all entries (0 where both
-    are -inf); and the fraction of rows whose argmax (first index on ties) agrees. A token that
-    ``a`` allows and ``b`` forbids (-inf) makes that row's KL ``inf``.
+    softmax(logits)``, summarised by mean, 99th percentile (linear interpolation) and max; the
+    largest ``|l_a - l_b|`` over all entries (0 where both are -inf); and the fraction of rows
+    whose argmax (first index on ties) agrees. A token that ``a`` allows and ``b`` forbids
+    (-inf) makes that row's KL ``inf``. Rows are processed one at a time in float32 with float64
+    sums (KL accurate to about 1e-6 nats), so a 262,144-token vocabulary stays cheap.
     """
-    a = np.asarray(logits_a, dtype=np.float64)
-    b = np.asarray(logits_b, dtype=np.float64)
+    a = np.asarray(logits_a, dtype=np.float32)
+    b = np.asarray(logits_b, dtype=np.float32)
     if a.ndim == 1:
         a, b = a[None, :], b.reshape(1, -1)
     if a.shape != b.shape or a.ndim != 2 or a.shape[0] == 0 or a.shape[1] == 0:
@@ -387,18 +397,19 @@ def drift_metrics(logits_a: npt.ArrayLike, logits_b: npt.ArrayLike) -> DriftMetr
     for x in (a, b):
         if np.isnan(x).any() or np.isposinf(x).any() or not np.isfinite(x).any(1).all():
             raise ValueError("logits hold NaN, +inf or an all -inf row; check the engine")
-    la, lb = _log_softmax(a), _log_softmax(b)
-    pa = np.exp(la)
+    kl = np.array([_row_kl(ra, rb) for ra, rb in zip(a, b, strict=True)], dtype=np.float64)
     with np.errstate(invalid="ignore"):  # -inf - -inf; a percentile between two infinities
-        kl = np.maximum((pa * np.where(pa > 0.0, la - lb, 0.0)).sum(axis=1), 0.0)
-        delta = np.where(a == b, 0.0, np.abs(a - b))
+        delta = max(
+            float(np.where(ra == rb, 0.0, np.abs(ra - rb)).max())
+            for ra, rb in zip(a, b, strict=True)
+        )
         p99 = float(np.percentile(kl, 99))
     return DriftMetrics(
         n=int(a.shape[0]),
         kl_mean=float(kl.mean()),
         kl_p99=math.inf if math.isnan(p99) else p99,
         kl_max=float(kl.max()),
-        max_abs_logit_delta=float(delta.max()),
+        max_abs_logit_delta=delta,
         top1_agreement=float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1))),
     )
 

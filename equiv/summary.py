@@ -28,6 +28,8 @@ class SuiteSummary:
     speculative_tokens: int = 0
     speculative_decode_s: float = 0.0
     labels: Counter[str] = field(default_factory=Counter)
+    rounds: int = 0
+    draft_s: float = 0.0
 
     @property
     def acceptance(self) -> float | None:
@@ -55,11 +57,43 @@ class SuiteSummary:
             if not step[3]:
                 self.drafted += step[1]
                 self.accepted += step[2]
+                self.rounds += step[1] > 0
+        self.draft_s += record["speculative"].get("draft_s", 0.0)
         for path in ("baseline", "speculative"):
             gen = record[path]
             n = max(len(gen["tokens"]) - 1, 0)  # the first token's time is prompt evaluation
             setattr(self, f"{path}_tokens", getattr(self, f"{path}_tokens") + n)
             setattr(self, f"{path}_decode_s", getattr(self, f"{path}_decode_s") + gen["t_decode_s"])
+
+    @property
+    def mean_accepted(self) -> float | None:
+        """Accepted draft tokens per drafting round."""
+        return self.accepted / self.rounds if self.rounds else None
+
+    @property
+    def cost_ratio(self) -> float | None:
+        """c: draft seconds per drafted token over target seconds per plain decoded token.
+        Rounds that drafted nothing still cost a draft evaluation, so c is, if anything, high."""
+        if not self.drafted or not self.baseline_tps:
+            return None
+        return (self.draft_s / self.drafted) * self.baseline_tps
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """Leviathan et al. (2023), eq. for the walltime improvement: (1 - a^(g+1)) /
+        ((1 - a)(g c + 1)), with a the acceptance rate, g the mean drafted tokens per round."""
+        a, c = self.acceptance, self.cost_ratio
+        if a is None or c is None or not self.rounds:
+            return None
+        g = self.drafted / self.rounds
+        expected = g + 1 if a >= 1 else (1 - a ** (g + 1)) / (1 - a)
+        return expected / (g * c + 1)
+
+    @property
+    def measured_speedup(self) -> float | None:
+        if not self.baseline_tps or not self.speculative_tps:
+            return None
+        return self.speculative_tps / self.baseline_tps
 
     def add_analysis(self, record: Mapping[str, Any]) -> None:
         """A sampling-mode prompt: its verdict over all seeds."""
@@ -73,6 +107,10 @@ class SuiteSummary:
             "acceptance": self.acceptance,
             "baseline_tps": self.baseline_tps,
             "speculative_tps": self.speculative_tps,
+            "mean_accepted": self.mean_accepted,
+            "cost_ratio": self.cost_ratio,
+            "predicted_speedup": self.predicted_speedup,
+            "measured_speedup": self.measured_speedup,
         }
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from equiv.summary import SuiteSummary, Summary
 from equiv.verdict import Label
 
-__all__ = ["print_summary"]
+__all__ = ["print_summary", "print_sweep"]
 
 _LABEL_STYLE = {
     Label.EQUIVALENT: "green",
@@ -53,6 +53,15 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
     table.add_section()
     table.add_row(*_row(summary.total), style="bold")
     console.print(table)
+    t = summary.total
+    if t.predicted_speedup is not None and t.measured_speedup is not None:
+        console.print(
+            f"speed: {t.baseline_tps:.1f} tok/s plain, {t.speculative_tps:.1f} tok/s speculative "
+            f"(measured {t.measured_speedup:.2f}x); {t.mean_accepted:.2f} draft tokens accepted "
+            f"per round, draft cost ratio c = {t.cost_ratio:.2f}, Leviathan et al. predict "
+            f"{t.predicted_speedup:.2f}x",
+            highlight=False,
+        )
     for event in summary.events:
         mark = "[green]ok[/]" if event.get("ok") else "[red]FAILED[/]"
         console.print(f"control {event['event']}: {mark} - {event['detail']}", highlight=False)
@@ -62,3 +71,36 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
     console.print(f"[bold {style}]{summary.conclusion}[/]", highlight=False)
     if results_path is not None:
         console.print(f"results: {results_path}", highlight=False)
+
+
+def print_sweep(rows: list[tuple[int, Summary]], console: Console | None = None) -> None:
+    """One line per draft-max value: acceptance, accepted length, speed-ups, labels."""
+    console = console or Console(width=150)
+    table = Table(title="equiv: draft-max sweep")
+    for name in (
+        "draft-max",
+        "acceptance",
+        "accepted/round",
+        "c",
+        "predicted",
+        "measured",
+        "labels",
+    ):
+        table.add_column(name, justify="right")
+    for n, summary in rows:
+        t = summary.total
+
+        def fmt(x: float | None, spec: str = ".2f") -> str:
+            return "-" if x is None else format(x, spec)
+
+        labels = ", ".join(f"{k} {v}" for k, v in sorted(t.labels.items()))
+        table.add_row(
+            str(n),
+            fmt(t.acceptance, ".3f"),
+            fmt(t.mean_accepted),
+            fmt(t.cost_ratio),
+            fmt(t.predicted_speedup) + "x",
+            fmt(t.measured_speedup) + "x",
+            labels,
+        )
+    console.print(table)

@@ -98,8 +98,10 @@ class GGUFDraftModel(LlamaDraftModel):
         self.llm = llm
         self.config = config
         self.calls: list[tuple[int, tuple[int, ...]]] = []
+        self.seconds = 0.0  # time spent drafting (prompt evaluation excluded), for the cost ratio
 
     def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        started = time.perf_counter()
         llm = self.llm
         ids = input_ids.tolist()
         cached = llm.input_ids[: llm.n_tokens].tolist()
@@ -111,6 +113,8 @@ class GGUFDraftModel(LlamaDraftModel):
         keep = min(keep, len(ids) - 1)  # re-evaluate at least the last token to get its logits
         llm.n_tokens = keep  # Llama.eval drops the KV cache from n_tokens on
         llm.eval(ids[keep:])
+        if len(ids) - keep > 2:  # the prompt itself: a per-prompt cost, not a drafting step
+            started = time.perf_counter()
         budget = min(self.config.draft_max, llm.n_ctx() - len(ids) - 1)
         drafted: list[int] = []
         while len(drafted) < budget:
@@ -128,6 +132,7 @@ class GGUFDraftModel(LlamaDraftModel):
         if len(drafted) < self.config.draft_min:
             drafted = []
         self.calls.append((len(ids), tuple(drafted)))
+        self.seconds += time.perf_counter() - started
         return np.array(drafted, dtype=np.intc)
 
 
@@ -215,6 +220,7 @@ class LlamaCppEngine:
             )
         if self._draft is not None:
             self._draft.calls.clear()
+            self._draft.seconds = 0.0
         llm.set_seed(seed if seed is not None else 1)
         if self.config.mode is Mode.SAMPLING and self.reuse_prompt_state:
             self._cache_prefix(prompt_tokens)
@@ -267,6 +273,7 @@ class LlamaCppEngine:
             t_prompt=t_first - t0,
             t_decode=t_end - t_first,
             draft_steps=self._draft_steps(n_prompt, tokens),
+            draft_s=self._draft.seconds if self._draft is not None else 0.0,
         )
 
     def _is_eog(self, token: int) -> bool:
@@ -283,6 +290,7 @@ class LlamaCppEngine:
         t_prompt: float,
         t_decode: float,
         draft_steps: tuple[DraftStep, ...],
+        draft_s: float = 0.0,
     ) -> Generation:
         """A `Generation` from what a decode loop collected; rows[i] is the row of tokens[i]."""
         # Sampling runs keep only top-2 per token on disk: seeds x tokens would otherwise swell it.
@@ -299,6 +307,7 @@ class LlamaCppEngine:
             t_prompt_s=t_prompt,
             t_decode_s=t_decode,
             draft_steps=draft_steps,
+            draft_s=draft_s,
             seed=seed,
             logits=rows,
         )
