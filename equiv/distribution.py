@@ -10,11 +10,13 @@ consistency* test. `analyze_prompt` pools all seeds of one prompt and runs:
   tokens draws from the distribution the path's own logits and chain imply? Holds whatever the
   numerics;
 - baseline vs speculative, two-sample: first-token distribution (chi-square on merged bins),
-  sequence log-likelihood under each path's own target rows and length (Mann-Whitney, KS);
+  sequence log-likelihood under the target's single-token evaluation (the same scorer for both
+  paths: the baseline's own rows, the speculative samples re-scored) and length (Mann-Whitney,
+  KS);
 - same-seed agreement (informational: llama-cpp-python spends one random draw per token on both
   paths, so equal seeds give equal text unless the logits differ);
 - drift: KL and |Δlogit| between the rows the speculative sampler used and the target's own
-  single-token re-scoring of the same tokens (recorded by the runner for the first seeds).
+  single-token re-scoring of the same tokens (recorded by the runner for every seed).
 
 Pure functions of records; no model is called here.
 """
@@ -45,6 +47,7 @@ from equiv.stats import (
 __all__ = ["PENALTY_WINDOW", "PIT_BINS", "analyze_prompt", "chain_pit"]
 
 PIT_BINS = 10
+DEGENERATE = 1.0 - 1e-9  # a chain distribution whose top token holds all the mass
 PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size
 
 
@@ -93,7 +96,10 @@ def chain_pit(
 
 
 def _pit_values(records: Sequence[Mapping[str, Any]], path: str, seed: int) -> Any:
-    pits = [pair for r in records for pair in r[path].get("chain_pit", [])]
+    """Randomized PIT values of the emitted tokens, leaving out positions where the chain left a
+    single token: there u would be the uniform V alone, pure noise that only dilutes the test
+    (dropping them conditions on the distribution, not on the draw, so H0 still holds)."""
+    pits = [t for r in records for t in r[path].get("chain_pit", []) if t[2] < DEGENERATE]
     if not pits:
         return np.empty(0)
     arr = np.asarray(pits, dtype=np.float64)
@@ -108,8 +114,14 @@ def _top_token(records: Sequence[Mapping[str, Any]], path: str, alpha: float) ->
     return top_token_test(pits[:, 0] == 0.0, pits[:, 2], alpha=alpha)
 
 
-def _loglik(record: Mapping[str, Any], path: str) -> float:
-    return float(sum(np.log(max(t[1], 1e-300)) for t in record[path].get("chain_pit", [])))
+def _loglik(record: Mapping[str, Any], path: str) -> float | None:
+    """The sample's log-likelihood under the target's single-token evaluation and the chain: the
+    baseline's own rows are exactly that; speculative samples carry a re-scoring."""
+    key = "chain_pit" if path == "baseline" else "target_pit"
+    pits = record[path].get(key)
+    if pits is None:
+        return None
+    return float(sum(np.log(max(t[1], 1e-300)) for t in pits))
 
 
 def _pit_hist(u: Any) -> dict[str, list[float]]:
@@ -169,8 +181,9 @@ def analyze_prompt(
         )
     )
     lengths = {p: [len(r[p]["tokens"]) for r in records] for p in ("baseline", "speculative")}
-    if has_logits:
-        logliks = {p: [_loglik(r, p) for r in records] for p in ("baseline", "speculative")}
+    scored = {p: [_loglik(r, p) for r in records] for p in ("baseline", "speculative")}
+    logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
+    if all(len(logliks[p]) == len(records) for p in logliks):
         tests.append(
             _renamed(
                 mann_whitney(logliks["baseline"], logliks["speculative"], alpha=alpha),

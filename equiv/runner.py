@@ -32,9 +32,6 @@ __all__ = [
 ]
 
 SELF_DRAFT_MIN_ACCEPTANCE = 0.98
-# Speculative samples of the first seeds are re-scored by the target one token at a time to size
-# the drift between the rows the speculative sampler used and the target's own.
-RESCORED_SEEDS = 4
 
 
 @dataclass(frozen=True)
@@ -249,12 +246,16 @@ class Runner:
             if gen.logits is not None:
                 sampling = self.config.for_path(speculative=path == "speculative").sampling
                 record[path]["chain_pit"] = chain_pit(gen.logits, gen.tokens, sampling)
-        first_seeds = self.config.seeds[:RESCORED_SEEDS]
-        rescorable = self.baseline.capabilities.rescoring and spec.logits is not None
-        if item.seed in first_seeds and rescorable and spec.tokens:
-            assert spec.logits is not None
+        # Every speculative sample is re-scored by the target one token at a time, exactly as
+        # the baseline evaluates: the drift between the rows the speculative sampler used and the
+        # target's own, and the sample's log-likelihood under the same scorer as the baseline's.
+        if self.baseline.capabilities.rescoring and spec.tokens:
             target = self._rescore(tokens, spec.tokens, False)
-            record["rescore_drift"] = drift_metrics(spec.logits, target).to_dict()
+            if spec.logits is not None:
+                record["rescore_drift"] = drift_metrics(spec.logits, target).to_dict()
+            record["speculative"]["target_pit"] = chain_pit(
+                target, spec.tokens, self.config.sampling
+            )
         return record
 
     def _analyze(self, items: Sequence[PlanItem]) -> list[dict[str, Any]]:

@@ -335,11 +335,18 @@ class LlamaCppEngine:
         Row i is the distribution of tokens[i]. ``batched=False`` evaluates the continuation one
         token at a time (as plain decoding does); ``batched=True`` evaluates prompt and
         continuation in one pass with every row computed (as draft verification does), which
-        only the speculative path's context can (it has logits_all).
+        only the speculative path's context can (it has logits_all). Single-token re-scoring
+        evaluates the prompt exactly as this engine's `generate` does in the current mode, so
+        re-scoring the baseline's own tokens reproduces its rows bit for bit.
         """
         llm = self.llm
         n_prompt, n = len(prompt_tokens), len(tokens)
         rows = np.empty((n, self._n_vocab), dtype=np.float32)
+        if not batched and self.config.mode is Mode.SAMPLING and self.reuse_prompt_state:
+            self._cache_prefix(prompt_tokens)
+            llm.n_tokens = n_prompt - 1
+            llm.eval([prompt_tokens[-1]])
+            return self._single_token_rows(tokens, rows)
         llm.reset()
         if batched:
             if not llm._logits_all:
@@ -348,9 +355,15 @@ class LlamaCppEngine:
             rows[:] = llm.scores[n_prompt - 1 : n_prompt - 1 + n]
             return rows
         llm.eval(list(prompt_tokens))
-        for i in range(n):
+        return self._single_token_rows(tokens, rows)
+
+    def _single_token_rows(
+        self, tokens: Sequence[int], rows: npt.NDArray[np.float32]
+    ) -> npt.NDArray[np.float32]:
+        llm = self.llm
+        for i in range(len(tokens)):
             rows[i] = llm.scores[llm.n_tokens - 1] if llm._logits_all else _last_row(llm)
-            if i + 1 < n:
+            if i + 1 < len(tokens):
                 llm.eval([tokens[i]])
         return rows
 
