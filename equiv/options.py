@@ -141,8 +141,15 @@ RUN_OPTIONS: tuple[Option, ...] = (
         metavar="S",
     ),
     Option(
+        "alpha",
+        "family-wise significance level of the sampling tests over the whole run",
+        type=float,
+        default=0.01,
+        metavar="A",
+    ),
+    Option(
         "engine",
-        "'llamacpp', 'server' (HTTP) or a user factory 'module:attr'",
+        "'llamacpp', 'server' (HTTP), 'reference[:fault]' or a user factory 'module:attr'",
         default="llamacpp",
         metavar="ENGINE",
     ),
@@ -298,6 +305,7 @@ def build_config(values: Mapping[str, Any]) -> tuple[RunConfig, ModelPair]:
         n_ubatch=v["n_ubatch"],
         flash_attn=bool(v["flash_attn"]),
         engine=v["engine"],
+        alpha=v["alpha"],
         **extra,
     )
     return config, pair

@@ -1,0 +1,399 @@
+"""``equiv diagnose``: parse a llama.cpp command line (old and new spellings of
+``common/arg.cpp``), say what in it can change output, map it onto an equiv run, and word the
+verdict of that run from the summaries the runner writes (no statistics are computed here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from equiv.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_PROMPTS",
+    "Finding",
+    "LlamaCommand",
+    "RunMapping",
+    "execute",
+    "findings",
+    "map_to_run",
+    "parse_command",
+    "verdict_lines",
+]
+
+#: A small spread over the built-in suites, so a diagnosis finishes in a few minutes on a CPU.
+_SOME = ("code/fib_lt", "code/py_binary_search", "reasoning/add_two_digit", "chat/capital_france")
+DEFAULT_PROMPTS = (*_SOME, "multilingual/de_berlin", "multilingual/ru_capital")
+#: llama.cpp's "pick a random seed" (LLAMA_DEFAULT_SEED, also written -1).
+RANDOM_SEED = 0xFFFFFFFF
+LARGE_DRAFT_MAX = 8  # a draft-max worth checking against the acceptance
+#: The local default pair is small; a user's long context is capped to this on it.
+MAX_LOCAL_CTX = 8192
+
+_FA_VALUES = {"on", "off", "auto", "1", "0", "true", "false"}
+_NUMBER = re.compile(r"^-?\d+(\.\d*)?$")
+
+
+def _int(text: str) -> int:
+    return int(text, 0) if text.lower().startswith("0x") else int(text)
+
+
+# flag spellings -> (setting, converter); a converter of None marks a switch without a value.
+_FLAGS: tuple[tuple[tuple[str, ...], str, Callable[[str], Any] | None], ...] = (
+    (("-m", "--model"), "model", str),
+    (("-md", "--model-draft", "--spec-draft-model"), "model_draft", str),
+    (
+        ("--draft-max", "--draft", "--draft-n", "--spec-draft-n-max", "--spec-draft-max"),
+        "draft_max",
+        int,
+    ),
+    (("--draft-min", "--draft-n-min", "--spec-draft-n-min", "--spec-draft-min"), "draft_min", int),
+    (("--draft-p-min", "--spec-draft-p-min"), "draft_p_min", float),
+    (("--spec-type",), "spec_type", str),
+    (("--temp", "--temperature"), "temp", float),
+    (("--top-k",), "top_k", int),
+    (("--top-p",), "top_p", float),
+    (("--min-p",), "min_p", float),
+    (("--repeat-penalty",), "repeat_penalty", float),
+    (("-s", "--seed"), "seed", _int),
+    (("-c", "--ctx-size"), "n_ctx", int),
+    (("-b", "--batch-size"), "n_batch", int),
+    (("-ub", "--ubatch-size"), "n_ubatch", int),
+    (("-t", "--threads"), "threads", int),
+    (("-fa", "--flash-attn"), "flash_attn", None),
+    (("-ngl", "--gpu-layers", "--n-gpu-layers"), "n_gpu_layers", str),
+    (("-ctk", "--cache-type-k"), "cache_type_k", str),
+    (("-ctv", "--cache-type-v"), "cache_type_v", str),
+    (("-np", "--parallel"), "parallel", int),
+)
+_BY_SPELLING = {name: (key, conv) for names, key, conv in _FLAGS for name in names}
+
+
+@dataclass(frozen=True)
+class LlamaCommand:
+    """A parsed llama-cli / llama-server / llama-speculative command line."""
+
+    program: str
+    settings: Mapping[str, Any]
+    spellings: Mapping[str, str]  # setting -> the flag the user wrote
+    ignored: tuple[str, ...] = ()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.settings.get(key, default)
+
+    @property
+    def seed_fixed(self) -> bool:
+        seed = self.get("seed")
+        return seed is not None and seed not in (-1, RANDOM_SEED)
+
+
+def parse_command(argv: Sequence[str] | str) -> LlamaCommand:
+    """Parse a llama.cpp command line; unknown flags (and their values) land in ``ignored``."""
+    words = shlex.split(argv) if isinstance(argv, str) else list(argv)
+    if len(words) == 1 and " " in words[0]:
+        words = shlex.split(words[0])
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise ConfigError(
+            "equiv diagnose needs a llama.cpp command line after '--', e.g. "
+            "equiv diagnose -- llama-server -m target.gguf -md draft.gguf --draft-max 16"
+        )
+    program = ""
+    if not words[0].startswith("-"):
+        program, words = Path(words[0]).name, words[1:]
+    settings: dict[str, Any] = {}
+    spellings: dict[str, str] = {}
+    ignored: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, eq, inline = word.partition("=") if word.startswith("--") else (word, "", "")
+        i += 1
+        if name not in _BY_SPELLING:
+            if word.startswith("-") and not _NUMBER.match(word):
+                nxt = words[i] if i < len(words) and not eq else "-"
+                has_value = not nxt.startswith("-") or bool(_NUMBER.match(nxt))
+                ignored.append(f"{word} {words[i]}" if has_value else word)
+                i += 1 if has_value else 0
+            else:
+                ignored.append(word)
+            continue
+        key, conv = _BY_SPELLING[name]
+        if conv is None:  # -fa: a bare switch in old builds, -fa on|off|auto in new ones
+            value = inline or (words[i] if i < len(words) and words[i] in _FA_VALUES else "on")
+            i += 1 if not inline and i < len(words) and words[i] in _FA_VALUES else 0
+            settings[key], spellings[key] = value, name
+            continue
+        if not eq:
+            if i >= len(words):
+                raise ConfigError(f"{name} needs a value; e.g. {name} 16")
+            inline = words[i]
+            i += 1
+        try:
+            settings[key] = conv(inline)
+        except ValueError:
+            raise ConfigError(
+                f"{name} {inline!r} is not a valid value; llama.cpp expects "
+                f"{'a number' if conv in (int, float, _int) else 'a value'} there"
+            ) from None
+        spellings[key] = name
+    return LlamaCommand(program, settings, spellings, tuple(ignored))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something in the command line that can make outputs differ, in plain words, with a fix."""
+
+    kind: str  # "misconfiguration" (changes or hides output differences) or "note"
+    title: str
+    explanation: str
+    fix: str
+
+    def text(self) -> str:
+        return f"[{self.kind}] {self.title}\n    why: {self.explanation}\n    fix: {self.fix}"
+
+
+def findings(cmd: LlamaCommand, *, vocab_check: Callable[..., Any] | None = None) -> list[Finding]:
+    """What the command line alone says (``vocab_check``: llama.cpp's rules unless given)."""
+    out: list[Finding] = []
+
+    def add(kind: str, title: str, explanation: str, fix: str) -> None:
+        out.append(Finding(kind, title, explanation, fix))
+
+    seed, temp = cmd.get("seed"), cmd.get("temp", 0.8)
+    seed_flag = cmd.spellings.get("seed", "--seed")
+    if seed == 0:
+        add(
+            "misconfiguration",
+            f"{seed_flag} 0",
+            "llama.cpp takes 0 as a fixed seed, but llama-cpp-python (and every tool built on "
+            "it) treats seed=0 as 'pick a random seed', so the same setup run there is not "
+            "repeatable and a comparison between two runs measures chance",
+            f"use a seed in [1, 2**32 - 2], e.g. {seed_flag} 1, in both runs",
+        )
+    elif temp > 0 and not cmd.seed_fixed:
+        written = "not set" if seed is None else f"{seed} (random)"
+        add(
+            "misconfiguration",
+            f"temperature {temp:g} with no fixed seed (seed {written})",
+            "llama.cpp's default seed -1 / 0xFFFFFFFF means random: every run samples "
+            "differently, with or without a draft, so two runs differing proves nothing",
+            "pass --seed 1 (any fixed value) to both runs, or compare at --temp 0",
+        )
+    if cmd.get("draft_max") is not None and cmd.get("draft_min", 0) > cmd.get("draft_max"):
+        add(
+            "misconfiguration",
+            f"draft-min {cmd.get('draft_min')} > draft-max {cmd.get('draft_max')}",
+            "no draft can be long enough, so the draft model is never used",
+            "use a draft-min no larger than draft-max (llama.cpp's default draft-min is 0)",
+        )
+    if cmd.get("draft_max", 16) >= LARGE_DRAFT_MAX and cmd.get("model_draft"):
+        add(
+            "note",
+            f"draft-max {cmd.get('draft_max', 16)}",
+            "long drafts pay off only when the draft agrees with the target most of the time; "
+            "the run below measures the acceptance",
+            "if the acceptance is below about 0.6, try --draft-max 4",
+        )
+    ngl = cmd.get("n_gpu_layers")
+    if ngl is not None and ngl not in ("0",):
+        partial = ngl.isdigit() and int(ngl) < 99
+        add(
+            "misconfiguration" if partial else "note",
+            f"-ngl {ngl}" + (" (partial GPU offload?)" if partial else ""),
+            "layers on the GPU and on the CPU run different kernels; a partial offload mixes "
+            "them, and target and draft may be split differently. equiv runs on CPU only",
+            "offload all layers (-ngl 999) or none (-ngl 0) when comparing outputs"
+            if partial
+            else "nothing to fix; equiv checks the same setup on CPU",
+        )
+    kv = [f"{f} {cmd.get(k)}" for f, k in (("-ctk", "cache_type_k"), ("-ctv", "cache_type_v"))]
+    kv = [text for text in kv if not text.endswith((" None", " f16"))]
+    if kv:
+        add(
+            "note",
+            " ".join(kv),
+            "a quantized KV cache changes logits in both paths; speculative verification "
+            "writes K/V in batches, so rounding differs from one-token decoding",
+            "compare with -ctk f16 -ctv f16 to see whether the difference goes away",
+        )
+    if cmd.get("parallel", 1) > 1:
+        add(
+            "misconfiguration",
+            f"-np {cmd.get('parallel')}",
+            "with several slots llama-server batches concurrent requests together, so a "
+            "request's numerics depend on what else is running (and -c is split between the "
+            "slots); outputs are not reproducible request to request",
+            "compare with -np 1 (one request at a time)",
+        )
+    target, draft = cmd.get("model"), cmd.get("model_draft")
+    if target and draft and Path(target).is_file() and Path(draft).is_file():
+        from equiv.gguf_info import check_vocab_compat
+
+        report = (vocab_check or check_vocab_compat)(target, draft, with_sha256=False)
+        if not report.compatible:
+            add(
+                "misconfiguration",
+                "the draft's vocabulary is incompatible with the target's",
+                "; ".join(report.reasons),
+                "use a draft of the same model family, converted with the same tokenizer",
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class RunMapping:
+    """The equiv run values a command line maps to, and what was said about the mapping."""
+
+    values: dict[str, Any]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def user_temp(self) -> float:
+        return float(self.values.get("temp", 0.8))  # llama.cpp's default temperature
+
+
+_SAMPLING = ("draft_max", "draft_min", "draft_p_min", "temp", "top_k", "top_p", "min_p")
+_DIRECT = (*_SAMPLING, "repeat_penalty", "n_batch", "n_ubatch")
+
+
+def map_to_run(cmd: LlamaCommand, *, cpu_count: int | None = None) -> RunMapping:
+    """Option values for `equiv.options.build_config` (``mode`` is set by the caller)."""
+    values: dict[str, Any] = {}
+    notes: list[str] = []
+    target, draft = cmd.get("model"), cmd.get("model_draft")
+    if target and Path(target).is_file():
+        values["target"] = target
+        if draft and Path(draft).is_file():
+            values["draft"] = draft
+        elif draft:
+            notes.append(f"{Path(draft).name} is not here; using a draft requantized from {target}")
+    else:
+        what = f"{Path(target).name} is not here" if target else "no -m model given"
+        notes.append(f"{what}; checking the same setup on the local default pair")
+    if cmd.get("spec_type") not in (None, "none", "draft-simple"):
+        notes.append(f"--spec-type {cmd.get('spec_type')} is checked as draft-model speculation")
+    for key in _DIRECT:
+        if cmd.get(key) is not None:
+            values[key] = cmd.get(key)
+    if cmd.get("n_ctx"):
+        n_ctx = cmd.get("n_ctx") // max(cmd.get("parallel", 1), 1)
+        if cmd.get("parallel", 1) > 1:
+            notes.append(f"llama-server splits -c between -np slots: {n_ctx} per request")
+        if "target" not in values and n_ctx > MAX_LOCAL_CTX:
+            notes.append(f"n_ctx {n_ctx} capped at {MAX_LOCAL_CTX} on the local pair")
+            n_ctx = MAX_LOCAL_CTX
+        values["n_ctx"] = n_ctx
+    cores = cpu_count or os.cpu_count() or 1
+    threads = cmd.get("threads")
+    if threads and threads > 0:
+        values["threads"] = min(threads, cores)
+        if threads > cores:
+            notes.append(f"-t {threads} lowered to this machine's {cores} cores")
+    if str(cmd.get("flash_attn", "off")).lower() in ("on", "1", "true"):
+        values["flash_attn"] = True
+    if cmd.seed_fixed and 0 < cmd.get("seed") < RANDOM_SEED:
+        values["seed_start"] = cmd.get("seed")
+    return RunMapping(values, tuple(notes))
+
+
+def verdict_lines(
+    temp0: Any, sampling: Any | None, *, draft_max: int, user_temp: float, analyses: Sequence[Any]
+) -> list[str]:
+    """Plain-language verdict and next steps from the runs' `Summary` objects."""
+    t = temp0.total
+    lines = [f"temp-0 outputs identical on {t.identical} of {t.prompts} prompts"]
+    verdict = temp0.verdict
+    if t.diverged:
+        lines.append(f"  {temp0.conclusion}")
+    if verdict.label.value in ("sampler-bug", "misconfiguration"):
+        lines.append(f"  next: read the evidence per prompt in the report; {verdict.reason}")
+    elif t.diverged:
+        lines.append(
+            "  next: numeric drift is expected on CPUs (batched verification vs one-token "
+            "decoding); it is not a bug in speculative decoding"
+        )
+    if sampling is not None:
+        p_values = [test["p_adjusted"] for record in analyses for test in record.get("tests", [])]
+        powers = [r["verdict"]["evidence"].get("power") for r in analyses]
+        stats = [f"smallest adjusted p = {min(p_values):.2g}"] if p_values else []
+        if powers and None not in powers:
+            stats.append(f"power {min(powers):.2f} for Cohen's w >= 0.1")
+        detail = f" ({'; '.join(stats)})" if stats else ""
+        label = sampling.verdict.label.value
+        if label == "equivalent":
+            lines.append(
+                f"at temp {user_temp:g} no significant difference on {sampling.total.prompts} "
+                f"prompts{detail}: what you see between runs is sampling variance"
+            )
+        elif label == "inconclusive":
+            lines.append(
+                f"at temp {user_temp:g} no test rejects, but the evidence is thin{detail}: "
+                "rerun with more --seeds or --max-tokens"
+            )
+        else:
+            lines.append(f"at temp {user_temp:g}: {sampling.conclusion}{detail}")
+    acc = t.acceptance
+    if acc is not None:
+        # Expected tokens per target pass at a per-token acceptance (Leviathan et al., eq. 1).
+        per_pass = (1 - acc ** (draft_max + 1)) / (1 - acc) if acc < 1 else draft_max + 1.0
+        line = (
+            f"draft-max {draft_max} gives acceptance {acc:.2f}: about {per_pass:.1f} tokens per "
+            f"target pass (at most {draft_max + 1})"
+        )
+        if acc < 0.6 and draft_max > 4:
+            line += "; try --draft-max 4"
+        lines.append(line)
+    return lines
+
+
+def execute(
+    mapping: RunMapping,
+    *,
+    prompts: Sequence[str],
+    max_tokens: int | None,
+    seeds: int,
+    out: Path,
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Run temp 0 and (if the user samples) the user's temperature; echo the verdict."""
+    from equiv.cli import select_prompts
+    from equiv.engines import load_factory
+    from equiv.options import build_config, merge_toml
+    from equiv.results import ResultsFile
+    from equiv.runner import Runner, plan
+    from equiv.summary import summarize_file
+
+    values = {"temp": mapping.user_temp, **mapping.values, "prompt": list(prompts)}
+    values["max_tokens"] = max_tokens
+    modes = ["temp0"] + (["sampling"] if mapping.user_temp > 0 else [])
+    summaries: dict[str, Any] = {}
+    for mode in modes:
+        config, _ = build_config({**values, "mode": mode, "seeds": seeds})
+        items = plan(select_prompts(config.suites, values["prompt"]), config)
+        path = out / mode / "results.jsonl"
+        echo(f"running {mode}: {len(items)} generation pair(s) -> {path}")
+        with Runner(config, load_factory(config.engine), path) as runner:
+            runner.run(items, command=f"equiv diagnose ({mode})")
+        summaries[mode] = summarize_file(ResultsFile(path))
+    temp0 = summaries["temp0"]
+    sampling = summaries.get("sampling")
+    analyses = ResultsFile(out / "sampling" / "results.jsonl").analyses() if sampling else []
+    echo("")
+    for line in verdict_lines(
+        temp0,
+        sampling,
+        draft_max=merge_toml(values)["draft_max"],
+        user_temp=mapping.user_temp,
+        analyses=analyses,
+    ):
+        echo(line)
+    failed = temp0.failed_controls + (sampling.failed_controls if sampling else [])
+    return 1 if failed else 0

@@ -1,0 +1,392 @@
+"""The ``server`` engine: a real serving stack over HTTP, exactly as deployed; one server per path.
+
+- llama.cpp's ``llama-server`` (``api="llama"``): ``/completion`` with the prompt as token IDs,
+  ``n_probs``, ``seed``, ``return_tokens``, ``cache_prompt: false``; prompts tokenized by the server
+  (``/tokenize``, ``/apply-template`` for chats); ``/props`` and ``/v1/models`` fingerprint it and
+  catch a server whose model or context is not the configured one. equiv starts both servers
+  (``--server-bin``) or uses running ones (``--baseline-url``/``--speculative-url``; settings in
+  `equiv.engines.server_settings`).
+- any OpenAI-compatible server (``api="openai"``: vLLM, SGLang): ``/v1/completions`` with
+  ``logprobs``. `Capabilities` says what HTTP cannot give (`equiv.engines.server_api` has details).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from equiv.config import RunConfig, SamplingConfig
+from equiv.engines.base import Capabilities
+from equiv.engines.server_api import (
+    Parsed,
+    check_served_model,
+    llama_body,
+    openai_body,
+    parse_llama,
+    parse_openai,
+)
+from equiv.engines.server_http import HttpStatusError, JsonClient, normalize_url
+from equiv.engines.server_process import (
+    ServerProcess,
+    detect_flags,
+    llama_server_argv,
+    log_tail,
+    split_draft,
+)
+from equiv.engines.server_settings import (
+    ServerSettings,
+    configure,
+    configure_from_options,
+    current_settings,
+)
+from equiv.errors import ConfigError, EngineError
+from equiv.gguf_info import read_gguf_info
+from equiv.prompts import Prompt
+from equiv.results import Generation
+
+__all__ = [
+    "GenerateRequest",
+    "ServerEngine",
+    "ServerSettings",
+    "configure",
+    "configure_from_options",
+    "make_engine",
+    "servers_header",
+]
+
+
+def make_engine(config: RunConfig, *, speculative: bool) -> ServerEngine:
+    """The ``--engine server`` factory."""
+    return ServerEngine(config, speculative=speculative, settings=current_settings())
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """One `ServerEngine.generate` call, for `ServerEngine.generate_many`."""
+
+    prompt_tokens: tuple[int, ...]
+    sampling: SamplingConfig
+    seed: int | None
+    max_tokens: int
+
+
+class ServerEngine:
+    """One path over HTTP; starts (and owns) its llama-server when given ``server_bin``."""
+
+    def __init__(
+        self, config: RunConfig, *, speculative: bool, settings: ServerSettings | None = None
+    ) -> None:
+        self.config = config
+        self.settings = settings = settings or current_settings()
+        self.path = "speculative" if speculative else "baseline"
+        self._server: ServerProcess | None = None
+        self._pieces: dict[int, str] = {}
+        self._bos: list[int] | None = None
+        if settings.server_bin:
+            url = self._start_server(settings.server_bin)
+        else:
+            given = settings.speculative_url if speculative else settings.baseline_url
+            assert given is not None
+            url = normalize_url(given, option=f"--{self.path}-url")
+        self.url = url
+        self.client = JsonClient(
+            url,
+            role=self.path,
+            timeout_s=settings.timeout_s,
+            retries=settings.retries,
+            backoff_s=settings.backoff_s,
+            alive=None if self._server is None else self._server.alive,
+        )
+        try:
+            self.api, props = self._detect_api()
+            self._facts = self._inspect_llama(props) if props else self._inspect_openai()
+        except BaseException:
+            self.close()
+            raise
+        self.capabilities = Capabilities(
+            full_logits=False,
+            deterministic_seed=self.api == "llama",
+            token_ids=bool(self._facts.get("token_ids", True)),
+        )
+
+    # -- starting and inspecting the server --------------------------------------------------
+    def _start_server(self, binary: str) -> str:
+        flags = detect_flags(binary)
+        argv = llama_server_argv(
+            str(Path(binary).expanduser()),
+            flags,
+            self.config,
+            speculative=self.path == "speculative",
+            slots=self.settings.concurrency,
+        )
+        log_dir = Path(self.settings.log_dir or tempfile.mkdtemp(prefix="equiv-server-"))
+        log_path = log_dir / f"llama-server-{self.path}.log"
+        self._flags_version = flags.version
+        self._argv = argv
+        self._server = ServerProcess.start(
+            argv, log_path=log_path, timeout_s=self.settings.start_timeout_s
+        )
+        return self._server.url
+
+    def _detect_api(self) -> tuple[str, dict[str, Any] | None]:
+        """``("llama", props)`` for a llama-server, ``("openai", None)`` otherwise."""
+        api = self.settings.api
+        if api == "openai":
+            return api, None
+        props: Any = None
+        try:
+            props = self.client.get("/props")
+        except HttpStatusError:
+            if api == "llama":
+                raise
+        if isinstance(props, dict) and "default_generation_settings" in props:
+            return "llama", props
+        if api == "llama":
+            raise EngineError(
+                f"{self.url}/props is not llama-server's; pass --server-api openai for an "
+                "OpenAI-compatible server (vLLM, SGLang)"
+            )
+        return "openai", None
+
+    def _inspect_llama(self, props: dict[str, Any]) -> dict[str, Any]:
+        settings = props.get("default_generation_settings", {})
+        models = self.client.get("/v1/models")
+        meta = (models.get("data") or [{}])[0].get("meta", {}) if isinstance(models, dict) else {}
+        facts: dict[str, Any] = {
+            "api": "llama",
+            "model_path": props.get("model_path"),
+            "model_alias": props.get("model_alias"),
+            "n_ctx": settings.get("n_ctx"),
+            "total_slots": props.get("total_slots"),
+            "build_info": props.get("build_info"),
+            "chat_template": _sha(props.get("chat_template")),
+            "n_vocab": meta.get("n_vocab"),
+            "n_params": meta.get("n_params"),
+            "model_size": meta.get("size"),
+        }
+        target = read_gguf_info(self.config.target.path)
+        check_served_model(
+            facts, target=target, n_ctx=self.config.n_ctx, where=f"the {self.path} server at "
+            f"{self.url}", option=f"--{self.path}-url",
+        )  # fmt: skip
+        facts["target_sha256"] = target.sha256
+        facts["target_quant"] = target.quant
+        return facts
+
+    def _inspect_openai(self) -> dict[str, Any]:
+        models = self.client.get("/v1/models")
+        ids = [m.get("id") for m in models.get("data", [])] if isinstance(models, dict) else []
+        model = self.settings.model or (ids[0] if ids else None)
+        if not model or (ids and model not in ids):
+            raise ConfigError(
+                f"the {self.path} server at {self.url} serves models {ids}; pass --server-model "
+                "with one of them"
+            )
+        self.model = str(model)
+        probe = self._complete([self.prompt_tokens(Prompt("probe", "probe", text="Hi"))[-1]], 1)
+        return {"api": "openai", "model": self.model, "models": ids, "token_ids": probe.ids_known}
+
+    # -- prompts -----------------------------------------------------------------------------
+    def prompt_tokens(self, prompt: Prompt) -> list[int]:
+        if self.api == "openai":  # vLLM's /tokenize; "content"/"add_special": llama-server's
+            body: dict[str, Any] = {"model": self.model, "add_special_tokens": True}
+            if prompt.messages is None:
+                body.update(prompt=prompt.text, content=prompt.text, add_special=True)
+            else:
+                body["messages"] = [{"role": r, "content": c} for r, c in prompt.messages]
+                body["add_generation_prompt"] = True
+                body["add_special_tokens"] = False
+            ids = [int(t) for t in self._tokens(self.client.post("/tokenize", body))]
+            if not ids:
+                raise EngineError(
+                    f"{self.url}/tokenize returned no tokens for prompt {prompt.key!r}; for "
+                    "llama-server use --server-api llama (its /tokenize takes no chat messages)"
+                )
+            return ids
+        if prompt.messages is None:
+            return self._tokenize(str(prompt.text), add_special=True, parse_special=False)
+        messages = [{"role": r, "content": c} for r, c in prompt.messages]
+        rendered = self.client.post("/apply-template", {"messages": messages}).get("prompt")
+        if not isinstance(rendered, str):
+            raise EngineError(f"{self.url}/apply-template returned no prompt for {prompt.key!r}")
+        ids = self._tokenize(rendered, add_special=False, parse_special=True)
+        if self._bos is None:  # what the vocabulary adds: [BOS] or nothing
+            self._bos = self._tokenize("", add_special=True, parse_special=False)
+        if self._bos and (not ids or ids[0] != self._bos[0]):
+            ids.insert(0, self._bos[0])  # exactly one BOS, as the in-process engine
+        return ids
+
+    def _tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
+        body["with_pieces"] = True
+        ids = []
+        for entry in self._tokens(self.client.post("/tokenize", body)):
+            if isinstance(entry, dict):
+                piece = entry.get("piece", "")
+                if isinstance(piece, list):
+                    piece = bytes(piece).decode("utf-8", errors="replace")
+                self._pieces.setdefault(int(entry["id"]), str(piece))
+                ids.append(int(entry["id"]))
+            else:
+                ids.append(int(entry))
+        return ids
+
+    def _tokens(self, data: Any) -> list[Any]:
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list):
+            raise EngineError(
+                f"{self.url}/tokenize returned no 'tokens' ({str(data)[:120]!r}); equiv needs the "
+                "server's tokenizer (llama-server and vLLM have /tokenize)"
+            )
+        return tokens
+
+    def token_text(self, token: int) -> str:
+        if token not in self._pieces:
+            body: dict[str, Any] = {"tokens": [token]}
+            if self.api == "openai":
+                body["model"] = self.model
+            data = self.client.post("/detokenize", body)
+            self._pieces[token] = str(data.get("content", data.get("prompt", "")))
+        return self._pieces[token]
+
+    # -- generation --------------------------------------------------------------------------
+    def _complete(
+        self,
+        prompt_tokens: Sequence[int],
+        max_tokens: int,
+        *,
+        sampling: SamplingConfig | None = None,
+        seed: int | None = None,
+    ) -> Parsed:
+        sampling = sampling or SamplingConfig()
+        seed = seed or 1  # temp 0 too gets a fixed seed, as the in-process engine
+        k = self.config.top_k_record
+        try:
+            if self.api == "llama":
+                draft = self.config.draft_config if self.path == "speculative" else None
+                body = llama_body(
+                    prompt_tokens, sampling=sampling, seed=seed, max_tokens=max_tokens,
+                    n_probs=k, draft=draft,
+                )  # fmt: skip
+                answer = self.client.post("/completion", body)
+                return parse_llama(answer, url=f"{self.url}/completion", n_probs=k)
+            body = openai_body(
+                prompt_tokens, model=self.model, sampling=sampling, seed=seed,
+                max_tokens=max_tokens, n_probs=k,
+            )  # fmt: skip
+            answer = self.client.post("/v1/completions", body)
+            return parse_openai(answer, url=f"{self.url}/v1/completions")
+        except EngineError as exc:
+            if self._server is not None and not self._server.alive():
+                raise EngineError(
+                    f"the {self.path} llama-server (started by equiv) exited with code "
+                    f"{self._server.proc.returncode} mid-run; its log ({self._server.log_path}) "
+                    f"ends with:\n{log_tail(self._server.log_path, 15)}\nfinished results are "
+                    "kept: rerun with --resume"
+                ) from None
+            raise exc from None
+
+    def generate(
+        self,
+        prompt_tokens: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        seed: int | None,
+        max_tokens: int,
+    ) -> Generation:
+        started = time.perf_counter()
+        parsed = self._complete(prompt_tokens, max_tokens, sampling=sampling, seed=seed)
+        wall = time.perf_counter() - started
+        pieces = parsed.pieces
+        if not pieces or not any(pieces):
+            pieces = tuple(self.token_text(t) if t >= 0 else "" for t in parsed.tokens)
+        for token, piece in zip(parsed.tokens, pieces, strict=False):
+            self._pieces.setdefault(token, piece)
+        return Generation(
+            path=self.path,
+            prompt_tokens=tuple(int(t) for t in prompt_tokens),
+            tokens=parsed.tokens,
+            pieces=tuple(pieces),
+            text=parsed.text,
+            stop_reason=parsed.stop_reason,
+            alternatives=parsed.alternatives,
+            t_prompt_s=parsed.t_prompt_s if parsed.t_prompt_s is not None else 0.0,
+            t_decode_s=parsed.t_decode_s if parsed.t_decode_s is not None else wall,
+            draft_steps=parsed.draft_steps,
+            seed=seed,
+        )
+
+    def _generate_one(self, r: GenerateRequest) -> Generation:
+        return self.generate(
+            r.prompt_tokens, sampling=r.sampling, seed=r.seed, max_tokens=r.max_tokens
+        )
+
+    def generate_many(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
+        """Run ``requests`` with up to ``concurrency`` in flight; results in request order.
+
+        The first failure (an `EngineError`, or Ctrl-C) is raised at once: requests not yet sent
+        are cancelled, answers still in flight are dropped.
+        """
+        workers = min(self.settings.concurrency, max(1, len(requests)))
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="equiv-http")
+        try:
+            futures = [pool.submit(self._generate_one, request) for request in requests]
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- facts -------------------------------------------------------------------------------
+    def fingerprint(self) -> dict[str, Any]:
+        """Facts that must match between the paths (the draft's aside); per-server facts that
+        differ by design (URL, log) are in `server_facts`."""
+        cfg = self.config
+        fp: dict[str, Any] = {
+            "engine": "server",
+            "path": self.path,
+            **self._facts,
+            "started_by_equiv": self._server is not None,
+            "sampler_chain": "penalties,top_k,typ_p,top_p,min_p,temperature,dist",
+            "alternatives": "top-k log-probabilities of the raw logits row (not logits)",
+        }
+        if self._server is not None:
+            shared, draft_flags = split_draft(self._argv)
+            fp.update(server_version=self._flags_version, server_argv=shared)
+        if self.path == "speculative":
+            fp["draft_config"] = cfg.draft_config.to_dict()
+            if self._server is not None:  # the draft equiv gave it (a URL's draft is unknown)
+                draft = read_gguf_info(cfg.draft.path)
+                fp.update(draft_sha256=draft.sha256, draft_quant=draft.quant)
+                fp["draft_config"]["server_flags"] = draft_flags
+        return fp
+
+    def server_facts(self) -> dict[str, Any]:
+        """Where this path's server is and what it said: URL, and for a server equiv started,
+        its full command line, log file and the log's tail."""
+        facts: dict[str, Any] = {"url": self.url, "api": self.api}
+        if self._server is not None:
+            facts.update(
+                argv=self._server.argv,
+                log=str(self._server.log_path),
+                log_tail=log_tail(self._server.log_path, 12),
+            )
+        return facts
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+
+
+def servers_header(*engines: object) -> dict[str, Any]:
+    """``{"servers": {path: server_facts}}`` for the results header; ``{}`` for other engines."""
+    facts = {e.path: e.server_facts() for e in engines if isinstance(e, ServerEngine)}
+    return {"servers": facts} if facts else {}
+
+
+def _sha(text: Any) -> str | None:
+    return hashlib.sha256(text.encode()).hexdigest()[:16] if isinstance(text, str) else None

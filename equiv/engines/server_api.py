@@ -1,0 +1,302 @@
+"""Request bodies and response parsing for the two HTTP APIs the server engine speaks.
+
+``llama``: llama.cpp's ``llama-server`` ``/completion``. The prompt goes as token IDs, the answer
+comes with the emitted token IDs (``return_tokens``), for every token the top ``n_probs``
+candidates as log-probabilities of the softmax over the *raw* logits row (before any sampler;
+``post_sampling_probs`` is off), and timings with ``draft_n`` / ``draft_n_accepted`` on a
+speculative server.
+
+``openai``: ``/v1/completions`` with ``logprobs`` (vLLM, SGLang, llama-server's own). Token IDs
+come back only where the server offers them (vLLM's ``return_tokens_as_token_ids``, llama-server's
+per-token ``id``); otherwise tokens are identified by their text (see `piece_id`).
+
+Evidence recorded, and its limits:
+- `TokenAlternatives.logits` holds log-probabilities, not logits. Within one row they differ by a
+  constant (the log of the partition function), so margins and rank order are exactly those of the
+  logits; absolute values are not comparable with the in-process engine's.
+- Draft statistics are per request only (the server keeps no per-round record): they are recorded
+  as one aggregated ``DraftStep(pos=0, drafted=draft_n, accepted=draft_n_accepted)``.
+- A probability of 0 (log-probability -inf, sent as ``null``) is recorded as ``-1e9``.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Any
+
+from equiv.config import DraftConfig, SamplingConfig
+from equiv.errors import ConfigError, EngineError
+from equiv.gguf_info import GGUFInfo
+from equiv.results import DraftStep, TokenAlternatives
+
+__all__ = [
+    "LLAMA_SAMPLERS",
+    "Parsed",
+    "check_served_model",
+    "llama_body",
+    "openai_body",
+    "parse_llama",
+    "parse_openai",
+    "piece_id",
+]
+
+#: The sampler chain sent with every llama-server request: llama-cpp-python's order, so both
+#: engines sample alike (llama-server appends ``dist``).
+LLAMA_SAMPLERS = ("penalties", "top_k", "typ_p", "top_p", "min_p", "temperature")
+_STOP = {"eos": "eos", "limit": "length", "word": "stop", "length": "length", "stop": "eos"}
+_NEG_INF = -1e9
+_TOKEN_ID = re.compile(r"token_id:(\d+)")
+
+
+def piece_id(piece: str) -> int:
+    """A stable stand-in ID for a token known only by its text: negative, never a real ID."""
+    return -1 - zlib.crc32(piece.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class Parsed:
+    tokens: tuple[int, ...]
+    pieces: tuple[str, ...]
+    text: str
+    stop_reason: str
+    alternatives: tuple[TokenAlternatives, ...]
+    t_prompt_s: float | None
+    t_decode_s: float | None
+    draft_steps: tuple[DraftStep, ...]
+    ids_known: bool
+
+
+def check_served_model(
+    facts: Mapping[str, Any], *, target: GGUFInfo, n_ctx: int, where: str, option: str
+) -> None:
+    """Refuse a llama-server whose model file name, vocabulary size or context per slot (from
+    ``/props`` and ``/v1/models``) is not the configured target's."""
+    served, wanted = PurePath(str(facts.get("model_path") or "")).name, PurePath(target.path).name
+    if served and served != wanted:
+        raise ConfigError(
+            f"{where} serves {served!r}, but the configured target is {wanted!r}; point {option} "
+            "at a server of the target, or pass --target for the model it serves"
+        )
+    n_vocab = facts.get("n_vocab")
+    if n_vocab is not None and n_vocab != target.vocab_size:
+        raise ConfigError(
+            f"{where} has a vocabulary of {n_vocab} tokens, the configured target "
+            f"{target.vocab_size}: not the same model; point {option} at a server of the target"
+        )
+    served_ctx = facts.get("n_ctx")
+    if served_ctx is not None and served_ctx != n_ctx:
+        raise ConfigError(
+            f"{where} has n_ctx {served_ctx} per slot, the run {n_ctx}; pass --n-ctx "
+            f"{served_ctx} (or restart the server with -c {n_ctx} x its slots) so both runs are "
+            "the same experiment"
+        )
+
+
+def llama_body(
+    prompt_tokens: Sequence[int],
+    *,
+    sampling: SamplingConfig,
+    seed: int,
+    max_tokens: int,
+    n_probs: int,
+    draft: DraftConfig | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt": list(prompt_tokens),
+        "n_predict": max_tokens,
+        "temperature": sampling.temp,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "typical_p": sampling.typical_p,
+        "repeat_penalty": sampling.repeat_penalty,
+        "repeat_last_n": 64,  # llama-cpp-python's last_n_tokens_size
+        "frequency_penalty": sampling.frequency_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "samplers": list(LLAMA_SAMPLERS),
+        "seed": seed,
+        "n_probs": n_probs,
+        "post_sampling_probs": False,
+        "return_tokens": True,
+        "cache_prompt": False,
+        "stream": False,
+    }
+    if draft is not None:
+        # Honoured by llama-server builds that take per-request speculative settings, ignored by
+        # the others (which get the same values as command-line flags when equiv starts them).
+        body["speculative.n_max"] = draft.draft_max
+        body["speculative.n_min"] = draft.draft_min
+        body["speculative.p_min"] = draft.p_min
+    return body
+
+
+def openai_body(
+    prompt_tokens: Sequence[int],
+    *,
+    model: str,
+    sampling: SamplingConfig,
+    seed: int,
+    max_tokens: int,
+    n_probs: int,
+) -> dict[str, Any]:
+    return {
+        "model": model,
+        "prompt": list(prompt_tokens),
+        "max_tokens": max_tokens,
+        "temperature": sampling.temp,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else -1,  # vLLM/SGLang extensions
+        "min_p": sampling.min_p,
+        "repetition_penalty": sampling.repeat_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "seed": seed,
+        "logprobs": n_probs,
+        "echo": False,
+        "stream": False,
+        "return_tokens_as_token_ids": True,  # vLLM: "token_id:123" instead of the text
+        "skip_special_tokens": False,
+        # llama-server: evaluate the whole prompt (a reused KV prefix changes the batch shapes,
+        # hence the numbers); vLLM and SGLang have no per-request switch for prefix caching.
+        "cache_prompt": False,
+    }
+
+
+def _logprob(value: Any) -> float:
+    return _NEG_INF if value is None else round(max(float(value), _NEG_INF), 5)
+
+
+def _alternatives(pairs: Sequence[tuple[int, float]]) -> TokenAlternatives:
+    ordered = sorted(pairs, key=lambda p: (-p[1], p[0]))
+    return TokenAlternatives(
+        ids=tuple(i for i, _ in ordered), logits=tuple(lp for _, lp in ordered)
+    )
+
+
+def _piece(entry: Mapping[str, Any]) -> str:
+    raw = entry.get("bytes")
+    if isinstance(raw, list):
+        return bytes(raw).decode("utf-8", errors="replace")
+    return str(entry.get("token", ""))
+
+
+def _timings(data: Mapping[str, Any]) -> tuple[float | None, float | None, tuple[DraftStep, ...]]:
+    timings = data.get("timings")
+    if not isinstance(timings, dict):
+        return None, None, ()
+    t_prompt = timings.get("prompt_ms")
+    t_decode = timings.get("predicted_ms")
+    steps: tuple[DraftStep, ...] = ()
+    if "draft_n" in timings:
+        steps = (DraftStep(0, int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0))),)
+    return (
+        None if t_prompt is None else float(t_prompt) / 1000,
+        None if t_decode is None else float(t_decode) / 1000,
+        steps,
+    )
+
+
+def _bad(url: str, what: str, data: Any) -> EngineError:
+    shown = repr(data)
+    return EngineError(
+        f"{url} answered without {what} ({shown[:200]}{'...' if len(shown) > 200 else ''}); "
+        "is this a llama-server /completion (or OpenAI /v1/completions with logprobs) endpoint, "
+        "and a build recent enough to return it?"
+    )
+
+
+def parse_llama(data: Any, *, url: str, n_probs: int) -> Parsed:
+    """A llama-server ``/completion`` answer (non-streaming)."""
+    if not isinstance(data, dict) or not isinstance(data.get("content"), str):
+        raise _bad(url, "'content'", data)
+    if data.get("truncated"):
+        raise EngineError(
+            f"{url} truncated the prompt (it does not fit the server's context); equiv never "
+            "compares truncated prompts: start the server with a larger -c or lower --max-tokens"
+        )
+    probs = data.get("completion_probabilities") or []
+    tokens = data.get("tokens")
+    if not tokens and probs:
+        tokens = [int(p["id"]) for p in probs]
+    if not isinstance(tokens, list):
+        raise _bad(url, "'tokens' (return_tokens)", data)
+    if n_probs > 0 and len(probs) != len(tokens):
+        raise EngineError(
+            f"{url} returned {len(tokens)} tokens but {len(probs)} rows of probabilities; "
+            "the answer is inconsistent (a server bug or a proxy that rewrote it)"
+        )
+    t_prompt, t_decode, steps = _timings(data)
+    return Parsed(
+        tokens=tuple(int(t) for t in tokens),
+        pieces=tuple(_piece(p) for p in probs),
+        text=data["content"],
+        stop_reason=_STOP.get(str(data.get("stop_type", "")), str(data.get("stop_type", ""))),
+        alternatives=tuple(
+            _alternatives([(int(c["id"]), _logprob(c.get("logprob"))) for c in p["top_logprobs"]])
+            for p in probs
+        ),
+        t_prompt_s=t_prompt,
+        t_decode_s=t_decode,
+        draft_steps=steps,
+        ids_known=True,
+    )
+
+
+def _openai_id(token: str) -> int | None:
+    match = _TOKEN_ID.fullmatch(token)
+    return int(match.group(1)) if match else None
+
+
+def parse_openai(data: Any, *, url: str) -> Parsed:
+    """An OpenAI-compatible ``/v1/completions`` answer with ``logprobs``."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise _bad(url, "'choices'", data)
+    choice = choices[0]
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        raise _bad(url, "'logprobs' (equiv needs per-token log-probabilities)", choice)
+    stop = _STOP.get(str(choice.get("finish_reason")), str(choice.get("finish_reason")))
+    t_prompt, t_decode, steps = _timings(data)
+    if isinstance(logprobs.get("content"), list):  # llama-server's shape: IDs included
+        inner = parse_llama(
+            {"content": choice.get("text", ""), "completion_probabilities": logprobs["content"]},
+            url=url,
+            n_probs=1,
+        )
+        return Parsed(
+            inner.tokens, inner.pieces, inner.text, stop, inner.alternatives, t_prompt, t_decode,
+            steps, True,
+        )  # fmt: skip
+    names = logprobs.get("tokens")
+    tops = logprobs.get("top_logprobs") or [{} for _ in names or ()]
+    if not isinstance(names, list) or len(tops) != len(names):
+        raise _bad(url, "'logprobs.tokens' and 'logprobs.top_logprobs' of equal length", logprobs)
+    ids = [_openai_id(str(t)) for t in names]
+    ids_known = bool(ids) and all(i is not None for i in ids)
+    tokens = [
+        i if ids_known and i is not None else piece_id(str(t))
+        for i, t in zip(ids, names, strict=True)
+    ]
+    alternatives = []
+    for top in tops:
+        pairs = []
+        for key, value in (top or {}).items():
+            tid = _openai_id(key)
+            pairs.append((tid if ids_known and tid is not None else piece_id(key), _logprob(value)))
+        alternatives.append(_alternatives(pairs))
+    return Parsed(
+        tokens=tuple(tokens),
+        pieces=tuple("" if ids_known else str(t) for t in names),
+        text=str(choice.get("text", "")),
+        stop_reason=stop,
+        alternatives=tuple(alternatives),
+        t_prompt_s=t_prompt,
+        t_decode_s=t_decode,
+        draft_steps=steps,
+        ids_known=ids_known,
+    )

@@ -1,0 +1,130 @@
+"""Settings of the server engine: where the two paths' servers are, or the binary to start them.
+
+The command line calls `configure_from_options` with its run options; any other caller may call
+`configure`; when nothing was configured, settings come from the environment
+(``EQUIV_SERVER_BIN``, ``EQUIV_BASELINE_URL``, ``EQUIV_SPECULATIVE_URL``, ``EQUIV_SERVER_API``,
+``EQUIV_SERVER_CONCURRENCY``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from equiv.errors import ConfigError
+
+__all__ = [
+    "APIS",
+    "ServerSettings",
+    "configure",
+    "configure_from_options",
+    "current_settings",
+]
+
+APIS = ("auto", "llama", "openai")
+_SERVER_OPTIONS = ("server_bin", "baseline_url", "speculative_url")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Where the two paths' servers are, or the llama-server binary to start them from."""
+
+    server_bin: str | None = None
+    baseline_url: str | None = None
+    speculative_url: str | None = None
+    api: str = "auto"
+    model: str | None = None  # the "model" of OpenAI requests (default: the first served)
+    concurrency: int = 4
+    timeout_s: float = 600.0
+    start_timeout_s: float = 300.0
+    log_dir: str | None = None
+    retries: int = 4
+    backoff_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        urls = (self.baseline_url, self.speculative_url)
+        if self.server_bin and any(urls):
+            raise ConfigError(
+                "--server-bin starts llama-server itself; it cannot be combined with "
+                "--baseline-url/--speculative-url: give one or the other"
+            )
+        if not self.server_bin and not all(urls):
+            raise ConfigError(
+                f"the server engine needs --server-bin PATH, or both --baseline-url and "
+                f"--speculative-url (got baseline {self.baseline_url!r}, speculative "
+                f"{self.speculative_url!r})"
+            )
+        if self.api not in APIS:
+            raise ConfigError(f"--server-api {self.api!r} is not one of {', '.join(APIS)}")
+        if self.server_bin and self.api == "openai":
+            raise ConfigError("--server-bin starts llama-server: use --server-api llama or auto")
+        if self.concurrency < 1:
+            raise ConfigError(f"--server-concurrency {self.concurrency} must be >= 1 (default 4)")
+        if self.timeout_s <= 0:
+            raise ConfigError(f"--server-timeout {self.timeout_s} must be > 0 seconds")
+
+    @classmethod
+    def from_options(
+        cls, values: Mapping[str, Any], *, log_dir: str | Path | None
+    ) -> ServerSettings:
+        extra: dict[str, Any] = {}
+        if values.get("server_timeout") is not None:
+            extra["timeout_s"] = float(values["server_timeout"])
+        if values.get("server_concurrency") is not None:
+            extra["concurrency"] = int(values["server_concurrency"])
+        return cls(
+            server_bin=values.get("server_bin"),
+            baseline_url=values.get("baseline_url"),
+            speculative_url=values.get("speculative_url"),
+            api=values.get("server_api") or "auto",
+            model=values.get("server_model"),
+            log_dir=None if log_dir is None else str(log_dir),
+            **extra,
+        )
+
+    @classmethod
+    def from_env(cls) -> ServerSettings:
+        env = os.environ
+        concurrency = env.get("EQUIV_SERVER_CONCURRENCY", "4")
+        if not concurrency.isdigit():
+            raise ConfigError(
+                f"EQUIV_SERVER_CONCURRENCY={concurrency!r} is not a count; unset it or give e.g. 4"
+            )
+        return cls(
+            server_bin=env.get("EQUIV_SERVER_BIN"),
+            baseline_url=env.get("EQUIV_BASELINE_URL"),
+            speculative_url=env.get("EQUIV_SPECULATIVE_URL"),
+            api=env.get("EQUIV_SERVER_API", "auto"),
+            concurrency=int(concurrency),
+        )
+
+
+_settings: ServerSettings | None = None
+
+
+def configure(settings: ServerSettings | None) -> None:
+    """Settings for the server engines built from now on (None: from the environment)."""
+    global _settings
+    _settings = settings
+
+
+def current_settings() -> ServerSettings:
+    """What `configure` set, else `ServerSettings.from_env`."""
+    return _settings if _settings is not None else ServerSettings.from_env()
+
+
+def configure_from_options(
+    values: Mapping[str, Any], *, engine: str, log_dir: str | Path | None
+) -> None:
+    """Called by the command line: configure the server engine from the run options."""
+    given = [f"--{name.replace('_', '-')}" for name in _SERVER_OPTIONS if values.get(name)]
+    if engine != "server":
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} only apply to the server engine; add --engine server"
+            )
+        return
+    configure(ServerSettings.from_options(values, log_dir=log_dir))

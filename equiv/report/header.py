@@ -1,0 +1,133 @@
+"""The run's configuration and environment, as tables, from the (redacted) header record."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Environment", "environment", "fmt"]
+
+
+def fmt(value: Any) -> str:
+    """A value for a table cell: numbers short, containers as compact JSON."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return str(value)
+
+
+def _size(value: Any) -> str:
+    return f"{value / 1e6:.1f} MB ({value:,} bytes)" if isinstance(value, int) else fmt(value)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = fmt(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters; all in the raw header below)"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Tables for the report's configuration section; every cell a plain string."""
+
+    versions: tuple[tuple[str, str], ...]
+    cpu_features: tuple[str, ...]
+    models: tuple[tuple[str, str, str], ...]  # (field, target, draft)
+    paths: tuple[tuple[str, str, str, bool], ...]  # (field, baseline, speculative, differs)
+    settings: tuple[tuple[str, str], ...]
+    vocab: tuple[tuple[str, str], ...]
+
+
+_MODEL_FIELDS = (
+    ("name", "name"),
+    ("file", "path"),
+    ("provenance", "provenance"),
+    ("quant", "quant"),
+    ("sha256", "sha256"),
+    ("size", "size_bytes"),
+    ("architecture", "architecture"),
+    ("vocabulary", "vocab_size"),
+    ("context length", "context_length"),
+    ("chat template", "chat_template"),
+)
+
+
+def _features(system_info: str) -> tuple[str, ...]:
+    """The CPU features llama.cpp reports as enabled (``AVX2 = 1``)."""
+    out = []
+    for part in system_info.split("|"):
+        name, _, value = part.partition("=")
+        name = name.split(":")[-1].strip()
+        if name and value.strip() not in ("", "0"):
+            out.append(name)
+    return tuple(out)
+
+
+def environment(header: Mapping[str, Any]) -> Environment:
+    config: Mapping[str, Any] = header.get("config") or {}
+    prints: Mapping[str, Any] = header.get("fingerprints") or {}
+    base: Mapping[str, Any] = prints.get("baseline") or {}
+    spec: Mapping[str, Any] = prints.get("speculative") or {}
+    vocab: Mapping[str, Any] = header.get("vocab") or {}
+    system_info = str(base.get("system_info") or spec.get("system_info") or "")
+
+    versions = [
+        ("equiv", fmt(header.get("equiv"))),
+        ("llama-cpp-python", fmt(base.get("llama_cpp_python") or spec.get("llama_cpp_python"))),
+        ("Python", fmt(header.get("python"))),
+        ("engine", fmt(config.get("engine"))),
+        ("results schema", fmt(header.get("schema"))),
+        ("created", fmt(header.get("created"))),
+    ]
+    if base.get("llama_cpp") or spec.get("llama_cpp"):
+        versions.insert(2, ("llama.cpp", fmt(base.get("llama_cpp") or spec.get("llama_cpp"))))
+    if system_info:
+        versions.append(("system info", system_info))
+
+    models: list[tuple[str, str, str]] = []
+    roles = []
+    for role in ("target", "draft"):
+        info = dict(vocab.get(role) or {})
+        info.setdefault("path", (config.get(role) or {}).get("path"))
+        info["provenance"] = (config.get(role) or {}).get("provenance")
+        roles.append(info)
+    for label, key in _MODEL_FIELDS:
+        cells = [_size(r.get(key)) if key == "size_bytes" else _short(r.get(key)) for r in roles]
+        if any(c != "-" for c in cells):
+            models.append((label, cells[0], cells[1]))
+
+    paths: list[tuple[str, str, str, bool]] = []
+    for key in dict.fromkeys([*base, *spec]):
+        if key in ("system_info", "path"):
+            continue
+        b, s = fmt(base.get(key)), fmt(spec.get(key))
+        paths.append((key, b, s, b != s))
+
+    settings: list[tuple[str, str]] = []
+    for key, value in config.items():
+        if key in ("target", "draft"):
+            continue
+        if isinstance(value, dict):
+            settings.extend((f"{key}.{k}", fmt(v)) for k, v in value.items())
+        else:
+            settings.append((key, fmt(value)))
+
+    vocab_rows = [("compatible", fmt(vocab.get("compatible")))] if vocab else []
+    vocab_rows += [("reason", fmt(r)) for r in vocab.get("reasons") or []]
+    vocab_rows += [("note", fmt(n)) for n in vocab.get("notes") or []]
+    return Environment(
+        versions=tuple(versions),
+        cpu_features=_features(system_info),
+        models=tuple(models),
+        paths=tuple(paths),
+        settings=tuple(settings),
+        vocab=tuple(vocab_rows),
+    )

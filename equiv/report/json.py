@@ -1,0 +1,36 @@
+"""JSON for embedding in a ``<script type="application/json">`` block.
+
+``<``, ``>`` and ``&`` are written as ``\\u003c``..., so ``</script>`` or ``<!--`` in model
+output cannot end the block; everything outside ASCII (U+2028/2029 and lone surrogates
+included) is ``\\uXXXX``; non-finite numbers become null, so ``JSON.parse`` never fails.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from markupsafe import Markup
+
+__all__ = ["script_json"]
+
+_UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def script_json(value: Any) -> Markup:
+    """``value`` as JSON text that is inert inside a script element."""
+    text = json.dumps(_finite(value), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    for char, code in _UNSAFE.items():
+        text = text.replace(char, code)
+    return Markup(text)

@@ -1,0 +1,238 @@
+"""The whole run as the report shows it, from the results file alone: the conclusion and label
+counts, per-suite figures (`equiv.summary.summarize`), controls, configuration, every prompt and
+analysis, and the overview charts. Computes nothing new.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from markupsafe import Markup
+
+from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
+from equiv.report.header import Environment, environment, fmt
+from equiv.report.redact import NOTE, make_redactor
+from equiv.report.svg import Bar, Strip, bar_chart, strip_chart
+from equiv.report.view import LABELS, PromptView, prompt_view, token_texts
+from equiv.results import ResultsFile
+from equiv.summary import SuiteSummary, summarize
+
+__all__ = ["RunView", "SuiteRow", "load_run"]
+
+
+@dataclass(frozen=True)
+class RunView:
+    name: str
+    created: str
+    conclusion: str
+    worst: str
+    label_counts: tuple[tuple[str, int], ...]
+    suites: tuple[SuiteRow, ...]
+    events: tuple[tuple[str, bool | None, str], ...]
+    differences: tuple[str, ...]
+    unread: int  # records the summary could not read (malformed); shown as found
+    command: str
+    env: Environment
+    header_json: str
+    prompts: tuple[PromptView, ...]
+    analyses: tuple[AnalysisView, ...]
+    charts: tuple[tuple[str, str, Markup], ...]
+    index: tuple[dict[str, Any], ...]
+    suite_names: tuple[str, ...]
+    redacted: bool
+    note: str
+
+
+@dataclass(frozen=True)
+class SuiteRow:
+    suite: str
+    prompts: int
+    labels: tuple[tuple[str, int], ...]  # the non-zero counts, in label order
+    acceptance: float | None
+    baseline_tps: float
+    speculative_tps: float
+
+
+def _suite_row(s: SuiteSummary) -> SuiteRow:
+    return SuiteRow(
+        suite=s.suite,
+        prompts=s.prompts,
+        labels=tuple((label, s.labels[label]) for label in LABELS if s.labels.get(label)),
+        acceptance=s.acceptance,
+        baseline_tps=s.baseline_tps,
+        speculative_tps=s.speculative_tps,
+    )
+
+
+def _readable(record: Mapping[str, Any], kind: str) -> bool:
+    """Whether the summary can read a record (it reads them as it does in the CLI)."""
+    try:
+        check = SuiteSummary("check")
+        if kind == "analysis":
+            check.add_analysis(record)
+        else:
+            check.add(record)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return False
+    return True
+
+
+def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...]:
+    acc = [
+        Bar(p.key, p.speculative.acceptance, f"lbl-{p.label}", f"#{p.anchor}")
+        for p in prompts
+        if p.speculative.acceptance is not None
+    ]
+    strips = [
+        Strip(
+            p.key.removesuffix("::temp0"),
+            p.divergence.delta,
+            (
+                ("baseline margin", p.divergence.margin_baseline),
+                ("speculative margin", p.divergence.margin_speculative),
+            ),
+            f"#{p.anchor}",
+        )
+        for p in prompts
+        if p.divergence is not None
+    ]
+    dl = [
+        Bar(p.key, p.max_delta_logit, f"lbl-{p.label}", f"#{p.anchor}")
+        for p in prompts
+        if p.max_delta_logit is not None
+    ]
+    kl = [
+        Bar(p.key, p.mean_kl, f"lbl-{p.label}", f"#{p.anchor}")
+        for p in prompts
+        if p.mean_kl is not None
+    ]
+    out = [
+        (
+            "Draft acceptance per prompt",
+            "accepted / drafted tokens; bar colour is the label",
+            bar_chart(acc, title="draft acceptance per prompt", y_max=1.0),
+        ),
+        (
+            "Logit drift per prompt: max |Δlogit|",
+            "over the rows both paths computed on identical context",
+            bar_chart(dl, title="max |delta logit| per prompt"),
+        ),
+        (
+            "Logit drift per prompt: mean KL",
+            "KL(baseline ‖ speculative), softmax at temperature 1",
+            bar_chart(kl, title="mean KL per prompt"),
+        ),
+        (
+            "Margin at the first divergence",
+            "each path's lead of its own token over the other's, in its own logits, against "
+            "the max |Δlogit| between the paths at that row: a margin inside the grey bar is a "
+            "near-tie that drift can flip",
+            strip_chart(
+                strips,
+                title="margin at divergence",
+                reach_name="max |Δlogit| at the row",
+                legend=(("baseline margin", "d-base"), ("speculative margin", "d-spec")),
+            ),
+        ),
+    ]
+    return tuple((t, c, m) for t, c, m in out if m is not None)
+
+
+def _analyses(
+    analyses: Sequence[Mapping[str, Any]],
+    seeds: Sequence[Mapping[str, Any]],
+    vocab: Mapping[int, str],
+) -> tuple[AnalysisView, ...]:
+    """One view per sampled prompt: its analysis record (or a note that there is none yet)
+    with a few of its seed records, those whose outputs differ first."""
+    by_prompt = {(a.get("suite"), a.get("prompt_id")): a for a in analyses}
+    groups: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    for r in seeds:
+        groups.setdefault((r.get("suite"), r.get("prompt_id")), []).append(r)
+    views = []
+    for i, key in enumerate(dict.fromkeys([*by_prompt, *groups])):
+        analysis = by_prompt.get(key)
+        group = groups.get(key, [])
+        same = [bool((r.get("comparison") or {}).get("identical")) for r in group]
+        picked = [r for _, r in sorted(zip(same, group, strict=True), key=lambda x: x[0])]
+        examples = [
+            prompt_view(f"a{i}s{j}", r, vocab, sampling_verdict(analysis, r.get("seed")))
+            for j, r in enumerate(picked[:MAX_EXAMPLES])
+        ]
+        record = analysis or {
+            "kind": "analysis",
+            "key": f"{key[0]}/{key[1]}::sampling",
+            "suite": key[0],
+            "verdict": {
+                "label": "inconclusive",
+                "reason": f"no distribution analysis recorded yet for {len(group)} seed "
+                "record(s): the run may have been interrupted; rerun with --resume",
+            },
+        }
+        views.append(analysis_view(i, record, vocab, examples, len(group)))
+    return tuple(views)
+
+
+def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
+    """Everything the report shows, from the results file alone."""
+    results = ResultsFile(results_path)
+    header = results.header()
+    records = list(results.records())
+    rows = [r for r in records if r.get("kind") == "result"]
+    analyses = [r for r in records if r.get("kind") == "analysis"]
+    redactor = make_redactor(header, enabled=redact)
+    header = redactor(header)
+    events = [redactor(r) for r in records if r.get("kind") == "event"]
+    readable = [r for r in rows if _readable(r, "result")]
+    readable_analyses = [a for a in analyses if _readable(a, "analysis")]
+    differences = [str(d) for d in header.get("differences") or []]
+    summary = summarize(readable, events, readable_analyses, differences=differences)
+    vocab = token_texts(rows)
+    prompts = tuple(
+        prompt_view(f"p{i}", r, vocab)
+        for i, r in enumerate(r for r in rows if r.get("mode", "temp0") != "sampling")
+    )
+    views = _analyses(analyses, [r for r in rows if r.get("mode") == "sampling"], vocab)
+    counts = tuple((label, summary.total.labels.get(label, 0)) for label in LABELS)
+    name = str(redactor(Path(results_path).resolve().parent.name))
+    return RunView(
+        name=name,
+        created=fmt(header.get("created")),
+        conclusion=summary.conclusion,
+        worst=summary.verdict.label.value if summary.total.prompts else "inconclusive",
+        label_counts=counts,
+        suites=(*(_suite_row(s) for s in summary.suites.values()), _suite_row(summary.total)),
+        differences=tuple(differences),
+        unread=len(rows) - len(readable) + len(analyses) - len(readable_analyses),
+        events=tuple(
+            (str(e.get("event", "")), e.get("ok"), str(e.get("detail", ""))) for e in events
+        ),
+        command=str(header.get("command", "")),
+        env=environment(header),
+        header_json=json.dumps(header, indent=1, ensure_ascii=False),
+        prompts=prompts,
+        analyses=views,
+        charts=_charts(prompts),
+        index=(
+            *(
+                {"id": p.anchor, "suite": p.suite, "label": p.label, "same": p.identical}
+                for p in prompts
+            ),
+            *(
+                {
+                    "id": a.anchor,
+                    "suite": a.suite,
+                    "label": a.label,
+                    "same": a.label == "equivalent",
+                }
+                for a in views
+            ),
+        ),
+        suite_names=tuple(dict.fromkeys([*(p.suite for p in prompts), *(a.suite for a in views)])),
+        redacted=redact,
+        note=NOTE if redact else "Paths are shown unredacted (--no-redact).",
+    )

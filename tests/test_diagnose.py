@@ -1,0 +1,159 @@
+"""equiv diagnose: parsing llama.cpp command lines, findings, mapping, and one real run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from equiv.cli import main
+from equiv.diagnose import findings, map_to_run, parse_command
+from equiv.errors import ConfigError
+
+ISSUE_EXAMPLE = (
+    "llama-server -m qwen32b-q5_k_m.gguf --model-draft qwen0.6b-q8_0.gguf "
+    "--draft-max 16 --draft-min 1 --temp 0.2"
+)
+
+
+def test_issue_example_parses_and_maps_onto_the_local_pair() -> None:
+    cmd = parse_command(ISSUE_EXAMPLE)
+    assert cmd.program == "llama-server"
+    assert dict(cmd.settings) == {
+        "model": "qwen32b-q5_k_m.gguf",
+        "model_draft": "qwen0.6b-q8_0.gguf",
+        "draft_max": 16,
+        "draft_min": 1,
+        "temp": 0.2,
+    }
+    assert cmd.ignored == ()
+    mapping = map_to_run(cmd)
+    assert mapping.values == {"draft_max": 16, "draft_min": 1, "temp": 0.2}
+    assert mapping.notes == (
+        "qwen32b-q5_k_m.gguf is not here; checking the same setup on the local default pair",
+    )
+    titles = [f.title for f in findings(cmd)]
+    assert "temperature 0.2 with no fixed seed (seed not set)" in titles
+    assert "draft-max 16" in titles
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "-md d.gguf --draft-max 8 --draft-min 2 --draft-p-min 0.5",
+        "--model-draft d.gguf --draft 8 --draft-n-min 2 --draft-p-min 0.5",
+        "-md d.gguf --draft-n 8 --draft-min 2 --draft-p-min 0.5",
+        "--spec-draft-model d.gguf --spec-draft-n-max 8 --spec-draft-n-min 2 "
+        "--spec-draft-p-min 0.5",
+        "-md d.gguf --spec-draft-max 8 --spec-draft-min 2 --spec-draft-p-min=0.5",
+    ],
+)
+def test_old_and_new_spellings_mean_the_same(spelling: str) -> None:
+    cmd = parse_command(f"llama-speculative -m t.gguf {spelling} --spec-type draft-simple")
+    assert {k: cmd.get(k) for k in ("model_draft", "draft_max", "draft_min", "draft_p_min")} == {
+        "model_draft": "d.gguf",
+        "draft_max": 8,
+        "draft_min": 2,
+        "draft_p_min": 0.5,
+    }
+
+
+def test_runtime_and_sampling_flags() -> None:
+    cmd = parse_command(
+        "llama-cli -m t.gguf -c 4096 -b 256 -ub 128 -t 64 -fa -ngl 99 -ctk q8_0 -ctv q8_0 "
+        "--top-k 20 --top-p 0.9 --min-p 0.1 --repeat-penalty 1.1 -s 7 --temp 0.7"
+    )
+    assert cmd.get("flash_attn") == "on"
+    assert cmd.get("seed") == 7
+    assert cmd.get("n_gpu_layers") == "99"
+    values = map_to_run(cmd, cpu_count=2).values
+    assert values["threads"] == 2
+    assert values["flash_attn"] is True
+    assert values["seed_start"] == 7
+    assert (values["n_ctx"], values["n_batch"], values["n_ubatch"], values["top_k"]) == (
+        4096,
+        256,
+        128,
+        20,
+    )
+    assert parse_command("llama-server -fa off -m t.gguf").get("flash_attn") == "off"
+    kinds = {f.title: f.kind for f in findings(cmd)}
+    assert kinds == {"-ngl 99": "note", "-ctk q8_0 -ctv q8_0": "note"}
+
+
+def test_seed_zero_is_a_misconfiguration_with_a_fix() -> None:
+    (finding,) = list(findings(parse_command("llama-cli -m t.gguf --seed 0 --temp 0")))
+    assert finding.kind == "misconfiguration"
+    assert finding.title == "--seed 0"
+    assert "random" in finding.explanation
+    assert "--seed 1" in finding.fix
+    assert "seed -1 (random)" in findings(parse_command("llama-cli -s -1"))[0].title
+
+
+def test_unknown_arguments_are_listed_as_ignored() -> None:
+    cmd = parse_command(
+        "llama-server --host 0.0.0.0 --port 8080 --jinja -m t.gguf --mystery -x -1 --alias a"
+    )
+    assert cmd.ignored == (
+        "--host 0.0.0.0",
+        "--port 8080",
+        "--jinja",
+        "--mystery",
+        "-x -1",
+        "--alias a",
+    )
+    assert cmd.get("model") == "t.gguf"
+
+
+def test_bad_values_name_the_flag_and_value() -> None:
+    with pytest.raises(ConfigError, match=r"--draft-max 'lots'"):
+        parse_command("llama-server --draft-max lots")
+    with pytest.raises(ConfigError, match="after '--'"):
+        parse_command([])
+
+
+def test_partial_offload_and_slots_are_flagged() -> None:
+    titles = {
+        f.title: f.kind for f in findings(parse_command("llama-server -ngl 20 -np 4 -c 8192"))
+    }
+    assert titles["-ngl 20 (partial GPU offload?)"] == "misconfiguration"
+    assert titles["-np 4"] == "misconfiguration"
+    assert map_to_run(parse_command("llama-server -np 4 -c 8192")).values["n_ctx"] == 2048
+
+
+def test_incompatible_draft_vocabulary_is_flagged(make_gguf: Any) -> None:
+    target = make_gguf("t.gguf")
+    draft = make_gguf("d.gguf", vocab=[*"abcde", *(f"x{i}" for i in range(35))])
+    found = findings(parse_command(["llama-server", "-m", str(target), "-md", str(draft)]))
+    vocab = [f for f in found if "vocabulary" in f.title]
+    assert vocab
+    assert vocab[0].kind == "misconfiguration"
+    assert "token 5" in vocab[0].explanation
+    mapping = map_to_run(parse_command(["llama-server", "-m", str(target), "-md", str(draft)]))
+    assert mapping.values["target"] == str(target)
+    assert mapping.values["draft"] == str(draft)
+
+
+def test_cli_dry_run(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["diagnose", "--dry-run", "--", *ISSUE_EXAMPLE.split(), "--seed", "0", "--foo"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "ignored: --foo" in out
+    assert "[misconfiguration] --seed 0" in out
+    assert "qwen32b-q5_k_m.gguf is not here" in out
+
+
+@pytest.mark.model
+def test_diagnose_runs_and_prints_a_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["diagnose", "--prompt", "code/fib_lt", "--max-tokens", "8", "--out", str(tmp_path)]
+    code = main([*argv, "--", "llama-cli", "-m", "missing.gguf", "--draft-max", "4", "--temp", "0"])
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0
+    assert "temp-0 outputs identical on" in out
+    assert "of 1 prompts" in out
+    assert (tmp_path / "temp0" / "results.jsonl").is_file()
+    assert not (tmp_path / "sampling").exists()  # temp 0: no sampling run

@@ -1,0 +1,547 @@
+"""The server engine against scripted stdlib HTTP servers on 127.0.0.1: parsing, retries and every
+bad answer a real deployment can give. No model is loaded; see test_engine_server_real.py."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from equiv.classify import fingerprint_differences
+from equiv.cli import main
+from equiv.config import ModelSpec, RunConfig, SamplingConfig
+from equiv.engines import load_factory
+from equiv.engines.server import GenerateRequest, ServerEngine, servers_header
+from equiv.engines.server_api import parse_llama, parse_openai, piece_id
+from equiv.engines.server_process import (
+    ServerProcess,
+    detect_flags,
+    free_port,
+    llama_server_argv,
+)
+from equiv.engines.server_settings import ServerSettings, configure, configure_from_options
+from equiv.errors import ConfigError, EngineError
+from equiv.prompts import Prompt
+
+Reply = tuple[int, str, bytes]  # status, content type, body
+
+
+def _json(data: Any, status: int = 200) -> Reply:
+    return status, "application/json", json.dumps(data).encode()
+
+
+def _completion(tokens: list[int], *, draft: tuple[int, int] | None = None) -> dict[str, Any]:
+    timings: dict[str, Any] = {"prompt_ms": 5.0, "predicted_ms": 20.0}
+    if draft:
+        timings.update(draft_n=draft[0], draft_n_accepted=draft[1])
+    return {
+        "content": "".join(f"tok{t}" for t in tokens),
+        "tokens": tokens,
+        "stop_type": "limit",
+        "truncated": False,
+        "timings": timings,
+        "completion_probabilities": [
+            {
+                "id": t,
+                "token": f"tok{t}",
+                "bytes": list(f"tok{t}".encode()),
+                "logprob": -0.1,
+                "top_logprobs": [
+                    {"id": t + 1, "token": "x", "logprob": -3.0},
+                    {"id": t, "token": f"tok{t}", "logprob": -0.1},
+                    {"id": 7, "token": "y", "logprob": None},
+                ],
+            }
+            for t in tokens
+        ],
+    }
+
+
+class FakeServer:
+    """A llama-server look-alike; ``script[path]`` is a list of replies (the last one repeats)."""
+
+    def __init__(self, model_path: str, *, n_ctx: int = 2048, n_vocab: int = 40) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.delay_s = 0.0
+        self._lock = threading.Lock()
+        self.script: dict[str, list[Reply | Callable[[Any], Reply]]] = {
+            "/props": [
+                _json(
+                    {
+                        "default_generation_settings": {"n_ctx": n_ctx, "params": {}},
+                        "model_path": model_path,
+                        "total_slots": 4,
+                        "build_info": "b0-fake",
+                    }
+                )
+            ],
+            "/v1/models": [_json({"data": [{"id": "fake", "meta": {"n_vocab": n_vocab}}]})],
+            "/tokenize": [_json({"tokens": [{"id": 1, "piece": "<s>"}, {"id": 9, "piece": "a"}]})],
+            "/completion": [_json(_completion([5, 6, 7]))],
+        }
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                path = self.path
+                with fake._lock:
+                    fake.calls.append((path, body))
+                    fake.in_flight += 1
+                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+                    replies = fake.script.get(path, [(404, "text/plain", b"not found")])
+                    reply = replies.pop(0) if len(replies) > 1 else replies[0]
+                time.sleep(fake.delay_s)
+                with fake._lock:
+                    fake.in_flight -= 1
+                if callable(reply):
+                    reply = reply(body)
+                status, ctype, data = reply
+                if status == 0:  # drop the connection without an answer
+                    self.close_connection = True
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                short = ctype.endswith("; short")  # promise more bytes than are sent
+                self.send_header("Content-Length", str(len(data) + (7 if short else 0)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _reply
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+
+    def paths(self) -> list[str]:
+        return [p for p, _ in self.calls]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def tiny_config(make_gguf: Callable[..., Path]) -> RunConfig:
+    path = make_gguf("target.gguf")
+    return RunConfig(target=ModelSpec(str(path)), draft=ModelSpec(str(path)), n_threads=1)
+
+
+@pytest.fixture
+def fake(tiny_config: RunConfig) -> Iterator[FakeServer]:
+    server = FakeServer(Path(tiny_config.target.path).name)
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def _unconfigured() -> Iterator[None]:
+    """The command line configures the server engine module-wide: undo it after each test."""
+    yield
+    configure(None)
+
+
+def _engine(config: RunConfig, url: str, **kwargs: Any) -> ServerEngine:
+    settings = ServerSettings(baseline_url=url, speculative_url=url, backoff_s=0.01, **kwargs)
+    return ServerEngine(config, speculative=False, settings=settings)
+
+
+def _generate(engine: ServerEngine, seed: int | None = None) -> Any:
+    return engine.generate([1, 9], sampling=SamplingConfig(), seed=seed, max_tokens=3)
+
+
+def test_a_llama_server_answer_becomes_a_generation(tiny_config, fake):
+    fake.script["/completion"] = [_json(_completion([5, 6, 7], draft=(10, 8)))]
+    engine = _engine(tiny_config, fake.url)
+    assert engine.api == "llama"
+    assert engine.capabilities.full_logits is False
+    assert engine.capabilities.token_ids is True
+    assert engine.prompt_tokens(Prompt("s", "p", text="a")) == [1, 9]
+    gen = _generate(engine)
+    assert gen.tokens == (5, 6, 7)
+    assert gen.pieces == ("tok5", "tok6", "tok7")
+    assert gen.stop_reason == "length"
+    # log-probabilities in place of logits, sorted descending; a null (p = 0) becomes -1e9
+    assert gen.alternatives[0].ids == (5, 6, 7)
+    assert gen.alternatives[0].logits == (-0.1, -3.0, -1e9)
+    assert gen.acceptance_rate == pytest.approx(0.8)
+    assert (gen.t_prompt_s, gen.t_decode_s) == (0.005, 0.02)
+    body = dict(fake.calls)["/completion"]
+    assert body["prompt"] == [1, 9]
+    assert body["cache_prompt"] is False
+    assert body["return_tokens"] is True
+    assert body["n_probs"] == tiny_config.top_k_record
+    assert body["seed"] == 1  # temp 0 gets a fixed seed, as the in-process engine
+    fp = engine.fingerprint()
+    assert fp["engine"] == "server"
+    assert fp["n_ctx"] == 2048
+    assert fp["build_info"] == "b0-fake"
+    assert servers_header(engine, object()) == {
+        "servers": {"baseline": {"url": fake.url, "api": "llama"}}
+    }
+
+
+def test_two_servers_of_one_setup_have_no_fingerprint_differences(tiny_config, fake):
+    other = FakeServer(Path(tiny_config.target.path).name)
+    try:
+        settings = ServerSettings(baseline_url=fake.url, speculative_url=other.url)
+        base = ServerEngine(tiny_config, speculative=False, settings=settings)
+        spec = ServerEngine(tiny_config, speculative=True, settings=settings)
+        assert fingerprint_differences(base.fingerprint(), spec.fingerprint()) == []
+        other.script["/props"] = [
+            _json({**json.loads(other.script["/props"][0][2]), "build_info": "b1-other"})
+        ]
+        spec = ServerEngine(tiny_config, speculative=True, settings=settings)
+        (difference,) = fingerprint_differences(base.fingerprint(), spec.fingerprint())
+        assert "build_info" in difference
+    finally:
+        other.close()
+
+
+def test_503_is_retried_then_succeeds(tiny_config, fake):
+    fake.script["/completion"] = [
+        _json({"error": {"code": 503, "message": "Loading model"}}, status=503),
+        _json({"error": {"code": 503, "message": "Loading model"}}, status=503),
+        _json(_completion([5])),
+    ]
+    gen = _generate(_engine(tiny_config, fake.url))
+    assert gen.tokens == (5,)
+    assert fake.paths().count("/completion") == 3
+
+
+def test_503_forever_gives_up_with_the_servers_message(tiny_config, fake):
+    fake.script["/completion"] = [_json({"error": {"message": "Loading model"}}, status=503)]
+    engine = _engine(tiny_config, fake.url, retries=2)
+    with pytest.raises(EngineError, match="HTTP 503: Loading model"):
+        _generate(engine)
+    assert fake.paths().count("/completion") == 3
+
+
+def test_an_html_error_page_is_named_as_such(tiny_config, fake):
+    page = b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body>"
+    fake.script["/completion"] = [(500, "text/html", page)]
+    with pytest.raises(EngineError) as info:
+        _generate(_engine(tiny_config, fake.url))
+    message = str(info.value)
+    assert "HTML page" in message
+    assert "502 Bad Gateway" in message
+    assert f"{fake.url}/completion" in message
+    assert "--baseline-url" in message
+
+
+def test_truncated_json_is_named_as_such(tiny_config, fake):
+    whole = json.dumps(_completion([5, 6])).encode()
+    fake.script["/completion"] = [(200, "application/json", whole[:40])]
+    with pytest.raises(EngineError, match="truncated or invalid JSON"):
+        _generate(_engine(tiny_config, fake.url))
+
+
+def test_a_body_cut_short_of_its_content_length_is_truncated_json(tiny_config, fake):
+    whole = json.dumps(_completion([5, 6])).encode()
+    fake.script["/completion"] = [(200, "application/json; short", whole[:60])]
+    with pytest.raises(EngineError, match="truncated or invalid JSON"):
+        _generate(_engine(tiny_config, fake.url))
+
+
+def test_an_unreachable_url_names_the_url_and_the_fix(tiny_config):
+    url = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(EngineError) as info:
+        _engine(tiny_config, url)
+    assert url in str(info.value)
+    assert "--baseline-url" in str(info.value)
+    assert "--server-bin" in str(info.value)
+    assert time.monotonic() - started < 5
+
+
+def test_the_cli_exits_6_on_an_unreachable_server(capsys, model_pair, tmp_path):
+    url = f"http://127.0.0.1:{free_port()}"
+    code = main(
+        ["run", "--engine", "server", "--baseline-url", url, "--speculative-url", url,
+         "--prompt", "code/fib_lt", "--out", str(tmp_path / "run")]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 6, err
+    assert url in err
+    assert "Traceback" not in err
+
+
+def test_a_server_that_dies_mid_run_is_reported(tiny_config, fake):
+    engine = _engine(tiny_config, fake.url)
+    _generate(engine)
+    fake.close()
+    with pytest.raises(EngineError, match=r"stopped answering.*--resume"):
+        _generate(engine)
+
+
+def test_a_dropped_connection_is_retried(tiny_config, fake):
+    fake.script["/completion"] = [(0, "", b""), _json(_completion([5]))]
+    assert _generate(_engine(tiny_config, fake.url)).tokens == (5,)
+
+
+def test_a_server_of_another_model_is_refused(tiny_config):
+    server = FakeServer("/models/other-model-Q8_0.gguf")
+    try:
+        with pytest.raises(ConfigError, match=r"serves 'other-model-Q8_0.gguf'.*target\.gguf"):
+            _engine(tiny_config, server.url)
+    finally:
+        server.close()
+
+
+def test_a_server_with_another_context_is_refused(tiny_config):
+    server = FakeServer(Path(tiny_config.target.path).name, n_ctx=4096)
+    try:
+        with pytest.raises(ConfigError, match=r"n_ctx 4096.*--n-ctx 4096"):
+            _engine(tiny_config, server.url)
+    finally:
+        server.close()
+
+
+def test_a_server_with_another_vocabulary_is_refused(tiny_config):
+    server = FakeServer(Path(tiny_config.target.path).name, n_vocab=262144)
+    try:
+        with pytest.raises(ConfigError, match="vocabulary of 262144"):
+            _engine(tiny_config, server.url)
+    finally:
+        server.close()
+
+
+def test_a_truncated_prompt_is_an_error(tiny_config, fake):
+    fake.script["/completion"] = [_json({**_completion([5]), "truncated": True})]
+    with pytest.raises(EngineError, match="truncated the prompt"):
+        _generate(_engine(tiny_config, fake.url))
+
+
+def test_generate_many_keeps_order_and_bounds_requests_in_flight(tiny_config, fake):
+    fake.delay_s = 0.05
+    fake.script["/completion"] = [lambda body: _json(_completion([body["seed"]]))]
+    engine = _engine(tiny_config, fake.url, concurrency=2)
+    requests = [GenerateRequest((1, 9), SamplingConfig(temp=0.8), seed, 1) for seed in range(1, 7)]
+    gens = engine.generate_many(requests)
+    assert [g.tokens for g in gens] == [(seed,) for seed in range(1, 7)]
+    assert fake.max_in_flight == 2
+
+
+def test_generate_many_raises_the_first_failure(tiny_config, fake):
+    def reply(body: Any) -> Reply:
+        if body["seed"] == 3:
+            return _json({"error": {"code": 500, "message": "boom"}}, status=500)
+        return _json(_completion([body["seed"]]))
+
+    fake.script["/completion"] = [reply]
+    engine = _engine(tiny_config, fake.url, concurrency=2)
+    requests = [GenerateRequest((1, 9), SamplingConfig(temp=0.8), seed, 1) for seed in range(1, 7)]
+    with pytest.raises(EngineError, match="HTTP 500: boom"):
+        engine.generate_many(requests)
+
+
+def _vllm_answer(tokens: list[str]) -> dict[str, Any]:
+    return {
+        "choices": [
+            {
+                "text": "".join(tokens),
+                "finish_reason": "length",
+                "logprobs": {
+                    "tokens": tokens,
+                    "token_logprobs": [-0.5] * len(tokens),
+                    "top_logprobs": [{t: -0.5, "zz": -2.0} for t in tokens],
+                },
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize("with_ids", [True, False])
+def test_openai_mode_with_and_without_token_ids(tiny_config, fake, with_ids):
+    fake.script["/props"] = [(404, "application/json", b'{"detail": "Not Found"}')]
+    fake.script["/v1/models"] = [_json({"data": [{"id": "org/model"}]})]
+    fake.script["/tokenize"] = [_json({"tokens": [1, 9], "count": 2})]
+    fake.script["/detokenize"] = [_json({"prompt": "tok"})]
+    names = ["token_id:5", "token_id:6"] if with_ids else ["Hel", "lo"]
+    fake.script["/v1/completions"] = [_json(_vllm_answer(names))]
+    engine = _engine(tiny_config, fake.url)
+    assert engine.api == "openai"
+    assert engine.capabilities.token_ids is with_ids
+    assert engine.capabilities.deterministic_seed is False
+    gen = _generate(engine, seed=3)
+    if with_ids:
+        assert gen.tokens == (5, 6)
+    else:
+        assert gen.tokens == (piece_id("Hel"), piece_id("lo"))
+        assert gen.pieces == ("Hel", "lo")
+        assert all(t < 0 for t in gen.tokens)
+    body = dict(fake.calls)["/v1/completions"]
+    assert body["model"] == "org/model"
+    assert body["prompt"] == [1, 9]
+    assert body["seed"] == 3
+    assert engine.fingerprint()["api"] == "openai"
+
+
+def test_openai_mode_refuses_an_unknown_model(tiny_config, fake):
+    fake.script["/v1/models"] = [_json({"data": [{"id": "org/model"}]})]
+    with pytest.raises(ConfigError, match=r"serves models \['org/model'\]"):
+        _engine(tiny_config, fake.url, api="openai", model="other")
+
+
+def test_parse_llama_refuses_an_inconsistent_answer():
+    data = _completion([5, 6])
+    data["completion_probabilities"].pop()
+    with pytest.raises(EngineError, match="2 tokens but 1 rows"):
+        parse_llama(data, url="u", n_probs=8)
+
+
+def test_parse_openai_refuses_an_answer_without_logprobs():
+    with pytest.raises(EngineError, match="logprobs"):
+        parse_openai({"choices": [{"text": "x", "logprobs": None}]}, url="u")
+
+
+# -- settings ---------------------------------------------------------------------------------
+
+
+def test_settings_need_a_binary_or_both_urls():
+    with pytest.raises(ConfigError, match="--server-bin PATH, or both"):
+        ServerSettings(baseline_url="http://127.0.0.1:1")
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        ServerSettings(server_bin="x", baseline_url="http://a", speculative_url="http://b")
+    with pytest.raises(ConfigError, match="--server-concurrency 0"):
+        ServerSettings(server_bin="x", concurrency=0)
+
+
+def test_server_options_without_the_server_engine_are_refused():
+    with pytest.raises(ConfigError, match="--server-bin only apply to the server engine"):
+        configure_from_options({"server_bin": "/x"}, engine="llamacpp", log_dir=None)
+
+
+def test_load_factory_knows_the_server_engine(tiny_config, fake):
+    configure(ServerSettings(baseline_url=fake.url, speculative_url=fake.url))
+    try:
+        engine = load_factory("server")(tiny_config, speculative=True)
+        assert engine.path == "speculative"
+        _generate(engine)
+        body = dict(fake.calls)["/completion"]
+        assert body["speculative.n_max"] == tiny_config.draft_config.draft_max
+    finally:
+        configure(None)
+
+
+def test_a_bad_url_is_a_config_error(tiny_config):
+    with pytest.raises(ConfigError, match="not an http"):
+        _engine(tiny_config, "ftp://host")
+
+
+# -- starting llama-server: flags and process handling, with stand-in scripts ------------------
+
+NEW_HELP = """
+-fa, --flash-attn [on|off|auto]   set Flash Attention use
+--spec-draft-model, -md, --model-draft FNAME
+--spec-type [none|draft-simple|ngram-simple]
+--spec-draft-n-max N
+--spec-draft-n-min N
+--spec-draft-p-min, --draft-p-min P
+--no-ui, --no-webui
+"""
+OLD_HELP = """
+-fa, --flash-attn    enable Flash Attention
+-md, --model-draft FNAME
+--draft-max, --draft, --draft-n N
+--draft-min, --draft-n-min N
+--draft-p-min P
+"""
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text(f"#!{sys.executable}\n{body}")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("help_text", "expected"),
+    [
+        (NEW_HELP, ["--spec-type", "draft-simple", "--spec-draft-n-max", "--spec-draft-p-min"]),
+        (OLD_HELP, ["--draft-max", "--draft-min", "--draft-p-min"]),
+    ],
+)
+def test_flag_spellings_come_from_help(tmp_path, tiny_config, help_text, expected):
+    binary = _script(
+        tmp_path / "llama-server",
+        f"import sys\nprint({help_text!r} if '--help' in sys.argv else 'version: 1 (abc)')\n",
+    )
+    flags = detect_flags(str(binary))
+    argv = llama_server_argv(str(binary), flags, tiny_config, speculative=True, slots=4)
+    for flag in expected:
+        assert flag in argv
+    assert argv[argv.index("-c") + 1] == str(tiny_config.n_ctx * 4)
+    assert argv[argv.index("--model-draft") + 1] == tiny_config.draft.path
+    assert ("off" in argv) is (help_text == NEW_HELP)  # -fa off only where -fa takes a value
+    baseline = llama_server_argv(str(binary), flags, tiny_config, speculative=False, slots=1)
+    assert "--model-draft" not in baseline
+    assert flags.version == "version: 1 (abc)"
+
+
+def test_a_binary_that_is_not_llama_server_is_refused(tmp_path):
+    binary = _script(tmp_path / "other", "print('usage: other [options]')\n")
+    with pytest.raises(ConfigError, match="does not look like llama-server"):
+        detect_flags(str(binary))
+    with pytest.raises(ConfigError, match="does not exist"):
+        detect_flags(str(tmp_path / "missing"))
+
+
+HEALTHY = """
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port = int(sys.argv[sys.argv.index("--port") + 1])
+print("loading model", flush=True)
+time.sleep(0.3)
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"status": "ok"}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body)))
+        self.end_headers(); self.wfile.write(body)
+HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_started_server_is_waited_for_and_stopped(tmp_path):
+    binary = _script(tmp_path / "server", HEALTHY)
+    log = tmp_path / "logs" / "server.log"
+    server = ServerProcess.start([str(binary)], log_path=log, timeout_s=30)
+    try:
+        assert server.alive()
+        assert server.url.startswith("http://127.0.0.1:")
+    finally:
+        server.stop()
+    assert not server.alive()
+    assert "loading model" in log.read_text()
+
+
+def test_a_server_that_exits_while_starting_shows_its_log(tmp_path):
+    binary = _script(
+        tmp_path / "server", "print('error: failed to load model nope.gguf')\nraise SystemExit(1)\n"
+    )
+    with pytest.raises(EngineError, match=r"exited with code 1(.|\n)*failed to load model"):
+        ServerProcess.start([str(binary)], log_path=tmp_path / "s.log", timeout_s=30)
+
+
+def test_a_server_that_never_gets_healthy_times_out_with_its_log(tmp_path):
+    stuck = "import time\nprint('stuck', flush=True)\ntime.sleep(60)\n"
+    binary = _script(tmp_path / "server", stuck)
+    started = time.monotonic()
+    with pytest.raises(EngineError, match=r"not healthy after 1 s(.|\n)*stuck"):
+        ServerProcess.start([str(binary)], log_path=tmp_path / "s.log", timeout_s=1)
+    assert time.monotonic() - started < 15

@@ -1,0 +1,213 @@
+"""The server engine against a real llama-server on the default pair, with and without a draft.
+
+The binary comes from ``$EQUIV_LLAMA_SERVER`` or the cache that scripts/build_llama_server.sh
+fills (CI runs it first); without one these tests are skipped with that instruction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from equiv.classify import fingerprint_differences
+from equiv.config import RunConfig, SamplingConfig
+from equiv.engines import load_factory
+from equiv.engines.server import GenerateRequest, ServerEngine
+from equiv.engines.server_settings import ServerSettings, configure
+from equiv.errors import EngineError
+from equiv.models import cache_dir
+from equiv.prompts import Prompt, load_suites
+from equiv.results import ResultsFile
+from equiv.runner import Runner, plan
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+LLAMA_CPP_PYTHON = "0.3.36"
+PROMPTS = ["code/fib_lt", "chat/capital_france", "reasoning/add_two_digit"]
+SEEDS = (1, 2, 3)
+
+
+def _server_bin() -> str:
+    given = os.environ.get("EQUIV_LLAMA_SERVER")
+    path = Path(given) if given else cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON}/llama-server"
+    if not path.is_file():
+        pytest.skip(f"no llama-server at {path}: run scripts/build_llama_server.sh")
+    return str(path)
+
+
+def _prompts(keys: list[str]) -> list[Prompt]:
+    by_key = {p.key: p for p in load_suites()}
+    return [by_key[k] for k in keys]
+
+
+@pytest.fixture(scope="module")
+def server_config(model_pair: Any) -> RunConfig:
+    return RunConfig(target=model_pair.target, draft=model_pair.draft, max_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def served(
+    server_config: RunConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerEngine, ServerEngine]]:
+    settings = ServerSettings(
+        server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("logs")), concurrency=4
+    )
+    baseline = ServerEngine(server_config, speculative=False, settings=settings)
+    try:
+        speculative = ServerEngine(server_config, speculative=True, settings=settings)
+    except BaseException:
+        baseline.close()
+        raise
+    yield baseline, speculative
+    baseline.close()
+    speculative.close()
+
+
+def test_prompts_tokenize_as_in_process(served, engines):
+    """The server's tokenizer and chat template give the in-process engine's token IDs."""
+    for prompt in _prompts(PROMPTS):
+        expected = engines[0].prompt_tokens(prompt)
+        assert served[0].prompt_tokens(prompt) == expected, prompt.key
+        assert served[1].prompt_tokens(prompt) == expected, prompt.key
+
+
+def test_temp0_with_and_without_a_draft(served):
+    baseline, speculative = served
+    assert baseline.capabilities.full_logits is False
+    drafted = 0
+    for prompt in _prompts(PROMPTS):
+        tokens = baseline.prompt_tokens(prompt)
+        base = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=16)
+        spec = speculative.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=16)
+        for gen in (base, spec):
+            assert 0 < gen.n_tokens <= 16
+            assert len(gen.alternatives) == gen.n_tokens == len(gen.pieces)
+            # temp 0: every emitted token is the top candidate of the row it came from
+            for token, alt in zip(gen.tokens, gen.alternatives, strict=True):
+                assert not alt.ids or alt.ids[0] == token or alt.margin == 0
+        assert all(alt.ids for alt in base.alternatives)
+        # llama-server sends no probabilities for the tokens of a speculative step (accepted
+        # draft tokens and the target's own token after them): those rows stay empty
+        missing = sum(not alt.ids for alt in spec.alternatives)
+        assert base.draft_steps == ()
+        drafted += spec.drafted
+        same = base.tokens == spec.tokens
+        print(f"{prompt.key}: same={same} acceptance={spec.acceptance_rate} no-probs={missing}")
+    assert drafted > 0, "the speculative server drafted nothing: is --model-draft in effect?"
+    fp, base_fp = speculative.fingerprint(), baseline.fingerprint()
+    assert "--model-draft" in fp["draft_config"]["server_flags"]
+    assert fp["model_path"].endswith(Path(baseline.config.target.path).name)
+    assert fp["server_argv"] == base_fp["server_argv"]
+    assert fingerprint_differences(base_fp, fp) == []  # the same experiment but for the draft
+
+
+def test_sampling_is_repeatable_per_seed(served):
+    baseline, speculative = served
+    sampling = SamplingConfig(temp=0.8)
+    prompt = _prompts(PROMPTS[:1])[0]
+    tokens = baseline.prompt_tokens(prompt)
+    for seed in SEEDS:
+        first = baseline.generate(tokens, sampling=sampling, seed=seed, max_tokens=8)
+        again = baseline.generate(tokens, sampling=sampling, seed=seed, max_tokens=8)
+        spec = speculative.generate(tokens, sampling=sampling, seed=seed, max_tokens=8)
+        assert first.tokens == again.tokens, f"seed {seed} is not repeatable on llama-server"
+        assert spec.n_tokens > 0
+        print(f"seed {seed}: identical={first.tokens == spec.tokens} acc={spec.acceptance_rate}")
+
+
+def test_concurrent_requests(served):
+    baseline, _ = served
+    prompt = _prompts(PROMPTS[:1])[0]
+    tokens = tuple(baseline.prompt_tokens(prompt))
+    requests = [GenerateRequest(tokens, SamplingConfig(temp=0.8), seed, 4) for seed in range(1, 9)]
+    started = time.perf_counter()
+    gens = baseline.generate_many(requests)
+    rate = len(gens) / (time.perf_counter() - started)
+    assert [g.seed for g in gens] == list(range(1, 9))
+    assert all(g.n_tokens > 0 for g in gens)
+    print(f"{rate:.2f} requests/s with {baseline.settings.concurrency} in flight")
+
+
+def test_openai_mode_against_llama_server(served):
+    baseline, _ = served
+    settings = ServerSettings(baseline_url=baseline.url, speculative_url=baseline.url, api="openai")
+    engine = ServerEngine(baseline.config, speculative=False, settings=settings)
+    assert engine.api == "openai"
+    assert engine.capabilities.token_ids is True  # llama-server returns the IDs
+    prompt = _prompts(PROMPTS[:1])[0]
+    tokens = engine.prompt_tokens(prompt)
+    assert tokens == baseline.prompt_tokens(prompt)
+    via_openai = engine.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=8)
+    native = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=8)
+    assert via_openai.tokens == native.tokens
+    assert via_openai.alternatives[0] == native.alternatives[0], (
+        via_openai.alternatives[0],
+        native.alternatives[0],
+    )
+
+
+def test_a_killed_server_keeps_finished_results_and_resume_continues(
+    served, server_config, tmp_path
+):
+    """equiv's own server killed after the first result: the error names it, the result is
+    kept, and the run resumes (here against the module's running servers)."""
+    configure(ServerSettings(server_bin=_server_bin(), log_dir=str(tmp_path), concurrency=1))
+    items = plan(_prompts(PROMPTS[:2]), server_config)
+    items = [replace(item, max_tokens=4) for item in items]
+    path = tmp_path / "results.jsonl"
+
+    def kill_speculative(item: Any, record: Any, done: int, total: int) -> None:
+        runner.speculative._server.proc.kill()  # type: ignore[attr-defined]
+
+    try:
+        with (
+            Runner(server_config, load_factory("server"), path) as runner,
+            pytest.raises(EngineError, match=r"exited with code -9 mid-run(.|\n)*--resume"),
+        ):
+            runner.run(items, on_result=kill_speculative)
+        assert len(ResultsFile(path).results()) == 1
+        assert (tmp_path / "llama-server-speculative.log").is_file()
+        urls = {"baseline_url": served[0].url, "speculative_url": served[1].url}
+        configure(ServerSettings(**urls))
+        with Runner(server_config, load_factory("server"), path) as runner:
+            new = runner.run(items, resume=True)
+    finally:
+        configure(None)
+    assert [r["key"] for r in new] == [items[1].key]
+    assert ResultsFile(path).done_keys() == {item.key for item in items}
+
+
+def test_equiv_run_with_server_bin_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    argv = ["run", "--engine", "server", "--server-bin", _server_bin(), "--max-tokens", "8"]
+    argv += ["--prompt", "code/fib_lt", "--prompt", "chat/capital_france", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "equiv", *argv],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    header = lines[0]
+    assert header["fingerprints"]["baseline"]["engine"] == "server"
+    assert header["capabilities"]["speculative"]["full_logits"] is False
+    servers = header["servers"]
+    assert servers["baseline"]["log"] == str(out / "llama-server-baseline.log")
+    assert "--model-draft" in servers["speculative"]["argv"]
+    assert "listening" in servers["speculative"]["log_tail"]
+    results = [r for r in lines if r["kind"] == "result"]
+    assert {r["key"] for r in results} == {"code/fib_lt::temp0", "chat/capital_france::temp0"}
+    assert (out / "llama-server-baseline.log").is_file()
+    assert (out / "llama-server-speculative.log").is_file()
+    assert "Traceback" not in proc.stderr

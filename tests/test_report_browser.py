@@ -1,0 +1,116 @@
+"""The HTML report in a real headless Chromium (Debian's ``chromium``, which CI installs): it
+loads with no console message at all (an error or a Content-Security-Policy violation would
+log one), the filters work, no script from the data runs, and a screenshot is taken."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from equiv.report import write_report
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TEMP0 = FIXTURES / "temp0_results.jsonl"
+HOSTILE = FIXTURES / "hostile_results.jsonl"
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Chromium tests run on Linux")
+
+
+class Tags(HTMLParser):
+    """Every start tag of a page with its attributes."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def by_id(self, ident: str) -> dict[str, str | None]:
+        return next(attrs for _, attrs in self.tags if attrs.get("id") == ident)
+
+
+def _results() -> list[dict[str, Any]]:
+    lines = TEMP0.read_text(encoding="utf-8").splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == "result"]
+
+
+def _chromium(tmp_path: Path, url: str, *mode: str) -> tuple[str, list[str]]:
+    """Run headless Chromium on ``url`` with ``mode`` (``--dump-dom`` or ``--screenshot=...``):
+    its stdout and every console message it logged."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    if binary is None:
+        pytest.fail("chromium is not installed: apt-get install -y chromium (as .ci/run does)")
+    profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
+    args = [
+        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-extensions", "--no-first-run", "--no-default-browser-check", "--mute-audio",
+        "--hide-scrollbars", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
+        "--window-size=1280,2000", *mode, url,
+    ]  # fmt: skip
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=90, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
+    return proc.stdout, console
+
+
+def test_browser_loads_cleanly_and_screenshot(tmp_path: Path) -> None:
+    report = write_report(TEMP0, tmp_path / "report.html")
+    shot = tmp_path / "report.png"
+    _, console = _chromium(tmp_path, report.as_uri(), f"--screenshot={shot}")
+    assert console == []  # no error, no CSP violation, no message of any kind
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 20_000
+    dom, console = _chromium(tmp_path, report.as_uri(), "--dump-dom")
+    assert console == []
+    results = _results()
+    assert f'data-shown="{len(results)}"' in dom  # the script ran; nothing filtered
+    assert f"{len(results)} of {len(results)} shown" in dom
+    assert '<form class="filters" id="filters">' in dom  # shown once the script runs
+
+
+@pytest.mark.parametrize(
+    ("query", "keep"),
+    [
+        ("?mismatch=1", lambda r: not r["comparison"]["identical"]),
+        (
+            "?label=equivalent&suite=code",
+            lambda r: r["comparison"]["identical"] and r["suite"] == "code",
+        ),
+    ],
+)
+def test_browser_filters(
+    tmp_path: Path, query: str, keep: Callable[[dict[str, Any]], bool]
+) -> None:
+    report = write_report(TEMP0, tmp_path / "report.html")
+    dom, console = _chromium(tmp_path, report.as_uri() + query, "--dump-dom")
+    assert console == []
+    results = _results()
+    page = Tags(dom)
+    for i, record in enumerate(results):
+        for ident in (f"p{i}", f"row-p{i}"):
+            hidden = "hidden" in page.by_id(ident)
+            assert hidden is not keep(record), (ident, record["key"], query)
+    assert f'data-shown="{sum(map(keep, results))}"' in dom
+
+
+def test_browser_runs_no_script_from_the_data(tmp_path: Path) -> None:
+    report = write_report(HOSTILE, tmp_path / "hostile.html")
+    dom, console = _chromium(tmp_path, report.as_uri(), "--dump-dom")
+    assert console == []  # an injected script would at least log a CSP violation
+    assert "<title>equiv report" in dom
+    assert "<title>PWNED" not in dom
+    assert "data-pwned" not in dom.split("<body")[1].split(">")[0]
+    assert 'data-shown="1"' in dom  # our own script did run
+    assert not any(tag in ("img", "textarea") for tag, _ in Tags(dom).tags)
