@@ -35,7 +35,7 @@ def test_default_pair_passes_with_readable_ids(pytester, real_models):
             "equiv::code/py_last_n::temp0 PASSED*",
             "*= equiv =*",
             "labels: *",
-            "temp0: speculative output *",
+            "temp0: *: * prompt(s) *",
         ]
     )
     lines = (pytester.path / "report" / "results.jsonl").read_text().splitlines()
