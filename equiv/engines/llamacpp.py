@@ -213,11 +213,7 @@ class LlamaCppEngine:
     ) -> Generation:
         llm = self.llm
         n_prompt = len(prompt_tokens)
-        if n_prompt + max_tokens + self.config.draft_config.draft_max + 1 > llm.n_ctx():
-            raise EngineError(
-                f"{n_prompt} prompt tokens + max_tokens {max_tokens} + draft_max "
-                f"{self.config.draft_config.draft_max} do not fit n_ctx {llm.n_ctx()}"
-            )
+        self._check_fits(n_prompt, max_tokens)
         if self._draft is not None:
             self._draft.calls.clear()
             self._draft.seconds = 0.0
@@ -276,6 +272,15 @@ class LlamaCppEngine:
             draft_s=self._draft.seconds if self._draft is not None else 0.0,
         )
 
+    def _check_fits(self, n_prompt: int, max_tokens: int) -> None:
+        """The runner checks every prompt up front; this guards direct callers of `generate`."""
+        draft_max = self.config.draft_config.draft_max
+        if n_prompt + max_tokens + draft_max + 1 > self.llm.n_ctx():
+            raise EngineError(
+                f"{n_prompt} prompt tokens + max_tokens {max_tokens} + draft_max {draft_max} "
+                f"do not fit n_ctx {self.llm.n_ctx()}; raise n_ctx or lower max_tokens"
+            )
+
     def _is_eog(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
@@ -325,7 +330,18 @@ class LlamaCppEngine:
             return
         llm.reset()
         if head:
-            llm.eval(head)
+            self._eval_without_rows(head)
+
+    def _eval_without_rows(self, tokens: Sequence[int]) -> None:
+        """Evaluate into the KV cache only: no output rows, even with logits_all (a prompt of
+        1,400 tokens would otherwise compute and copy 1.4 GB of logits nobody reads)."""
+        llm = self.llm
+        saved = llm._logits_all
+        llm._logits_all = False
+        try:
+            llm.eval(list(tokens))
+        finally:
+            llm._logits_all = saved
 
     def rescore(
         self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
@@ -351,7 +367,10 @@ class LlamaCppEngine:
         if batched:
             if not llm._logits_all:
                 raise EngineError("batched re-scoring needs the speculative path (logits_all)")
-            llm.eval(list(prompt_tokens) + list(tokens[:-1]))
+            # As verification does: one batch with every row computed, on top of the prompt's
+            # cached KV (evaluated without output rows, which would only cost time here).
+            self._eval_without_rows(prompt_tokens[:-1])
+            llm.eval([prompt_tokens[-1], *tokens[:-1]])
             rows[:] = llm.scores[n_prompt - 1 : n_prompt - 1 + n]
             return rows
         llm.eval(list(prompt_tokens))

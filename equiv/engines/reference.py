@@ -30,7 +30,7 @@ from equiv.acceptance import Rule, accept_probability, residual
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities, EngineFactory
 from equiv.engines.llamacpp import LlamaCppEngine, _last_row, _load_llama
-from equiv.errors import ConfigError, EngineError
+from equiv.errors import ConfigError
 from equiv.results import DraftStep, Generation
 from equiv.sampling import chain_probs
 
@@ -83,20 +83,17 @@ class ReferenceEngine(LlamaCppEngine):
     ) -> Generation:
         target, draft = self.llm, self._draft_llm
         k_max = self.config.draft_config.draft_max
-        if len(prompt_tokens) + max_tokens + k_max + 1 > target.n_ctx():
-            raise EngineError(
-                f"{len(prompt_tokens)} prompt tokens + max_tokens {max_tokens} + draft_max "
-                f"{k_max} do not fit n_ctx {target.n_ctx()}"
-            )
+        self._check_fits(len(prompt_tokens), max_tokens)
         rng = np.random.default_rng(seed if seed is not None else 1)
         temp = sampling.temp
         wrong_temp = temp * 2 if temp > 0 else 1.0
         context = list(prompt_tokens[:-1])
         pending = [int(prompt_tokens[-1])]  # emitted (or prompt) tokens the target has not seen
-        for llm in (target, draft):
-            llm.reset()
-            if context:
-                llm.eval(context)
+        target.reset()
+        draft.reset()
+        if context:
+            self._eval_without_rows(context)  # the target: KV only, no prompt rows
+            draft.eval(context)
         emitted: list[int] = []
         rows: list[npt.NDArray[np.float32]] = []
         steps: list[DraftStep] = []
