@@ -4,11 +4,12 @@ correct engines.
 For every engine (the reference sampler with each fault, the correct reference sampler, and the
 llama-cpp-python speculative path) one prompt is sampled at temp 0.8 over many seeds, once. Power
 at a budget of n tokens is then estimated by subsampling: R random subsets of whole seeds holding
-about n tokens are tested (the sampler-consistency tests of the speculative path, Holm over the
-two, alpha = 0.01), and the share that rejects is the estimated power. Reported: the smallest
-budget with estimated power >= 0.95, and the rejection rate over random half-pool subsets: for
-the correct engines that is the false-positive rate, which must stay <= alpha (the subsets
-overlap, so it is an indication, not R independent trials).
+about n tokens are judged as the classifier would (the speculative path's sampler-consistency
+tests, Holm over the two at alpha = 0.01, or a mean KL above 0.1 nats between the rows its
+sampler used and the target's re-scoring), and the share flagged is the estimated power.
+Reported: the smallest budget with estimated power >= 0.95, and the rejection rate over random
+half-pool subsets: for the correct engines that is the false-positive rate, which must stay
+<= alpha (the subsets overlap, so it is an indication, not R independent trials).
 
     python benchmarks/fault_detection.py [--prompt chat/haiku_autumn] [--seeds 48] [--max-tokens 24]
 """
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from equiv.classify import KL_NOT_TARGET
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.models import resolve_pair
@@ -60,11 +62,19 @@ def sample_pool(engine: str, prompt_key: str, seeds: int, max_tokens: int, tmp: 
     with Runner(config, load_factory(engine), path, controls=False) as runner:
         runner.run(plan(prompts, config))
         records = runner.results.results()
-    return [np.asarray(r["speculative"]["chain_pit"], dtype=float) for r in records]
+    # Per seed: the chain evidence, and the KL between the rows used and the target's re-scoring.
+    return [
+        (np.asarray(r["speculative"]["chain_pit"], dtype=float), r["rescore_drift"]["kl_mean"])
+        for r in records
+    ]
 
 
-def rejects(pits: list[Any], rng: np.random.Generator) -> bool:
-    arr = np.concatenate(pits)
+def rejects(pool: list[Any], rng: np.random.Generator) -> bool:
+    """What the classifier calls a sampler bug: a consistency test rejects (Holm over the two at
+    alpha), or the rows the sampler used are not the target's (mean KL > KL_NOT_TARGET)."""
+    if np.mean([kl for _, kl in pool]) > KL_NOT_TARGET:
+        return True
+    arr = np.concatenate([pits for pits, _ in pool])
     u = randomized_pit(arr[:, 0], arr[:, 1], rng)
     p_values = [
         pit_uniformity_test(u, alpha=ALPHA).p_value,
@@ -74,7 +84,7 @@ def rejects(pits: list[Any], rng: np.random.Generator) -> bool:
 
 
 def power_at(pool: list[Any], budget: int, rng: np.random.Generator, reps: int) -> float:
-    per_seed = float(np.mean([len(p) for p in pool]))
+    per_seed = float(np.mean([len(p) for p, _ in pool]))
     k = max(1, round(budget / per_seed))
     if k > len(pool):
         return float("nan")
@@ -102,7 +112,7 @@ def main() -> None:
         for engine in args.engines.split(","):
             t0 = time.perf_counter()
             pool = sample_pool(engine, args.prompt, args.seeds, args.max_tokens, Path(tmp))
-            n_tokens = sum(len(p) for p in pool)
+            n_tokens = sum(len(p) for p, _ in pool)
             needed = next(
                 (b for b in BUDGETS if b <= n_tokens and power_at(pool, b, rng, 40) >= 0.95),
                 None,
