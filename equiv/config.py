@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import numbers
 import os
 import sys
 from collections.abc import Mapping
@@ -35,6 +36,7 @@ __all__ = [
     "SamplingConfig",
     "fingerprint_digest",
     "load_toml",
+    "validate_sampling",
 ]
 
 
@@ -68,6 +70,51 @@ class ModelSpec:
         return cls(path=str(data["path"]), provenance=str(data.get("provenance", "user")))
 
 
+def validate_sampling(
+    *,
+    temp: float,
+    top_k: int,
+    top_p: float,
+    min_p: float,
+    typical_p: float,
+    repeat_penalty: float,
+) -> None:
+    """Raise `ConfigError` naming the first sampling parameter outside its valid range.
+
+    Valid: ``temp >= 0`` (0 is greedy), ``top_k >= 0`` (0 disables), ``0 < top_p <= 1``,
+    ``0 <= min_p <= 1``, ``0 < typical_p <= 1``, ``repeat_penalty > 0``. NaN is never valid.
+    """
+    if not temp >= 0.0:
+        raise ConfigError(
+            f"temp={temp!r} is negative or NaN; pass 0 for greedy decoding "
+            "or a positive value such as 0.8"
+        )
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral):
+        raise ConfigError(f"top_k={top_k!r} is not an integer; pass an integer such as 40")
+    if top_k < 0:
+        raise ConfigError(
+            f"top_k={top_k!r} is negative; pass 0 to disable top-k or a count such as 40"
+        )
+    if not 0.0 < top_p <= 1.0:
+        raise ConfigError(
+            f"top_p={top_p!r} is outside (0, 1]; pass a value such as 0.95 (1.0 disables it)"
+        )
+    if not 0.0 <= min_p <= 1.0:
+        raise ConfigError(
+            f"min_p={min_p!r} is outside [0, 1]; pass a value such as 0.05 (0 disables it)"
+        )
+    if not 0.0 < typical_p <= 1.0:
+        raise ConfigError(
+            f"typical_p={typical_p!r} is outside (0, 1]; pass 1.0 to disable typical sampling "
+            "or a value such as 0.9"
+        )
+    if not repeat_penalty > 0.0:
+        raise ConfigError(
+            f"repeat_penalty={repeat_penalty!r} is not positive; pass 1.0 to disable it "
+            "or a value such as 1.1"
+        )
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """llama.cpp's sampler chain as llama-cpp-python builds it.
@@ -86,17 +133,14 @@ class SamplingConfig:
     presence_penalty: float = 0.0
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.temp >= 0, "temp", self.temp, "use 0 for greedy or a positive temperature"),
-            (self.top_k >= 0, "top_k", self.top_k, "use 0 to disable top-k or a positive k"),
-            (0 < self.top_p <= 1, "top_p", self.top_p, "use a value in (0, 1], 1 disables it"),
-            (0 <= self.min_p <= 1, "min_p", self.min_p, "use a value in [0, 1], 0 disables it"),
-            (0 < self.typical_p <= 1, "typical_p", self.typical_p, "use 1 to disable it"),
-            (self.repeat_penalty > 0, "repeat_penalty", self.repeat_penalty, "use 1 for none"),
-        ]
-        for ok, name, value, fix in checks:
-            if not ok:
-                raise ConfigError(f"{name}={value!r} is out of range; {fix}")
+        validate_sampling(
+            temp=self.temp,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            typical_p=self.typical_p,
+            repeat_penalty=self.repeat_penalty,
+        )
 
     @property
     def greedy(self) -> bool:

@@ -23,6 +23,7 @@ from equiv.errors import ConfigError, PromptError
 from equiv.prompts import Prompt
 from equiv.results import ResultsFile
 from equiv.stats import drift_metrics
+from equiv.summary import summarize
 
 __all__ = [
     "SELF_DRAFT_MIN_ACCEPTANCE",
@@ -313,13 +314,7 @@ class Runner:
     def _self_draft_control(self) -> None:
         if not self.config.self_draft or self.config.mode is not Mode.TEMP0:
             return
-        drafted = accepted = 0
-        for record in self.results.results():
-            for step in record["speculative"]["draft_steps"]:
-                if not step[3]:
-                    drafted += step[1]
-                    accepted += step[2]
-        rate = accepted / drafted if drafted else None
+        rate = summarize(self.results.results()).total.acceptance
         ok = rate is not None and rate >= SELF_DRAFT_MIN_ACCEPTANCE
         self.results.append_event(
             {

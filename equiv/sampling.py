@@ -48,6 +48,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from equiv.config import validate_sampling
 from equiv.errors import ConfigError
 
 __all__ = [
@@ -59,51 +60,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
-
-
-def validate_sampling(
-    *,
-    temp: float,
-    top_k: int,
-    top_p: float,
-    min_p: float,
-    typical_p: float,
-    repeat_penalty: float,
-) -> None:
-    """Raise `ConfigError` naming the first sampling parameter outside its valid range.
-
-    Valid: ``temp >= 0`` (0 is greedy), ``top_k >= 0`` (0 disables), ``0 < top_p <= 1``,
-    ``0 <= min_p <= 1``, ``0 < typical_p <= 1``, ``repeat_penalty > 0``. NaN is never valid.
-    """
-    if not temp >= 0.0:
-        raise ConfigError(
-            f"temp={temp!r} is negative or NaN; pass 0 for greedy decoding "
-            "or a positive value such as 0.8"
-        )
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
-        raise ConfigError(f"top_k={top_k!r} is not an integer; pass an integer such as 40")
-    if top_k < 0:
-        raise ConfigError(
-            f"top_k={top_k!r} is negative; pass 0 to disable top-k or a count such as 40"
-        )
-    if not 0.0 < top_p <= 1.0:
-        raise ConfigError(
-            f"top_p={top_p!r} is outside (0, 1]; pass a value such as 0.95 (1.0 disables it)"
-        )
-    if not 0.0 <= min_p <= 1.0:
-        raise ConfigError(
-            f"min_p={min_p!r} is outside [0, 1]; pass a value such as 0.05 (0 disables it)"
-        )
-    if not 0.0 < typical_p <= 1.0:
-        raise ConfigError(
-            f"typical_p={typical_p!r} is outside (0, 1]; pass 1.0 to disable typical sampling "
-            "or a value such as 0.9"
-        )
-    if not repeat_penalty > 0.0:
-        raise ConfigError(
-            f"repeat_penalty={repeat_penalty!r} is not positive; pass 1.0 to disable it "
-            "or a value such as 1.1"
-        )
 
 
 def _row(logits: npt.ArrayLike) -> FloatArray:
