@@ -168,9 +168,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("server-model", "model name of OpenAI requests (default: first served)", metavar="M"),
     Option(
         "server-concurrency",
-        "requests in flight per server (and llama-server slots)",
+        "requests in flight per server (and llama-server slots); default 1 at temp 0 (servers "
+        "are not batch-invariant), 4 in sampling mode",
         type=_concurrency,
-        default=4,
         metavar="N",
     ),
     Option(

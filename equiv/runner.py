@@ -20,6 +20,7 @@ from equiv.config import Mode, RunConfig
 from equiv.distribution import analyze_prompt, chain_pit
 from equiv.engines.base import Engine, EngineFactory
 from equiv.errors import ConfigError, PromptError
+from equiv.inflight import completed
 from equiv.prompts import Prompt
 from equiv.results import ResultsFile
 from equiv.stats import drift_metrics
@@ -81,6 +82,11 @@ class Runner:
         self._prompt_alpha = config.alpha
         self.baseline: Engine = factory(config, speculative=False)
         self.speculative: Engine = factory(config, speculative=True)
+        # Prompts in flight at once: engines that serve concurrent calls say how many.
+        self.in_flight = min(
+            max(1, int(getattr(engine, "max_in_flight", 1)))
+            for engine in (self.baseline, self.speculative)
+        )
 
     def close(self) -> None:
         self.baseline.close()
@@ -190,8 +196,14 @@ class Runner:
         n_prompts = family_size or len({item.prompt.key for item in items})
         self._prompt_alpha = self.config.alpha / max(n_prompts, 1)
         records: list[dict[str, Any]] = []
-        for index, item in enumerate(todo):
-            record = self._run_item(item, prompt_tokens[item.prompt.key])
+
+        def run_item(item: PlanItem) -> dict[str, Any]:
+            return self._run_item(item, prompt_tokens[item.prompt.key])
+
+        # Each record is appended as soon as its prompt finishes (in completion order when
+        # several are in flight), so a crash or Ctrl-C loses no finished result.
+        finished = completed(run_item, todo, self.in_flight)
+        for index, (item, record) in enumerate(finished):
             self.results.append_result(record)
             records.append(record)
             if index == 0 and not done and self.controls:
@@ -299,16 +311,20 @@ class Runner:
             tokens, sampling=self.config.sampling, seed=item.seed, max_tokens=item.max_tokens
         )
         ok = list(again.tokens) == first["baseline"]["tokens"]
+        detail = "baseline repeated on the first prompt gave identical tokens"
+        if not ok:
+            detail = (
+                "baseline repeated on the first prompt gave DIFFERENT tokens: the engine is "
+                "not deterministic, so differences cannot be blamed on speculative decoding"
+            )
+        if not ok and self.in_flight > 1:
+            detail += (
+                f" ({self.in_flight} prompts were in flight: a server batches concurrent "
+                "requests and its kernels are not batch-invariant, so an answer depends on what "
+                "shares its batch; rerun with --server-concurrency 1)"
+            )
         self.results.append_event(
-            {
-                "event": "determinism",
-                "ok": ok,
-                "key": item.key,
-                "detail": "baseline repeated on the first prompt gave identical tokens"
-                if ok
-                else "baseline repeated on the first prompt gave DIFFERENT tokens: the engine is "
-                "not deterministic, so differences cannot be blamed on speculative decoding",
-            }
+            {"event": "determinism", "ok": ok, "key": item.key, "detail": detail}
         )
 
     def _self_draft_control(self) -> None:

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,9 @@ import pytest
 
 from equiv.classify import fingerprint_differences
 from equiv.cli import main
-from equiv.config import ModelSpec, RunConfig, SamplingConfig
+from equiv.config import Mode, ModelSpec, RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.server import GenerateRequest, ServerEngine, servers_header
+from equiv.engines.server import ServerEngine, servers_header
 from equiv.engines.server_api import parse_llama, parse_openai, piece_id
 from equiv.engines.server_process import (
     ServerProcess,
@@ -30,6 +31,8 @@ from equiv.engines.server_process import (
 from equiv.engines.server_settings import ServerSettings, configure, configure_from_options
 from equiv.errors import ConfigError, EngineError
 from equiv.prompts import Prompt
+from equiv.results import ResultsFile
+from equiv.runner import Runner, plan
 
 Reply = tuple[int, str, bytes]  # status, content type, body
 
@@ -327,27 +330,72 @@ def test_a_truncated_prompt_is_an_error(tiny_config, fake):
         _generate(_engine(tiny_config, fake.url))
 
 
-def test_generate_many_keeps_order_and_bounds_requests_in_flight(tiny_config, fake):
+def _seed_runner(config: RunConfig, url: str, path: Path, concurrency: int) -> Runner:
+    """A sampling run over one prompt and eight seeds, through `load_factory` as the CLI does."""
+    configure(ServerSettings(baseline_url=url, speculative_url=url, concurrency=concurrency))
+    config = replace(
+        config, mode=Mode.SAMPLING, sampling=SamplingConfig(temp=0.8), seeds=tuple(range(1, 9))
+    )
+    return Runner(config, load_factory("server"), path, controls=False)
+
+
+SEED_PLAN = [Prompt("s", "p", text="a", max_tokens=1)]
+
+
+def test_the_runner_keeps_up_to_the_concurrency_prompts_in_flight(tiny_config, fake, tmp_path):
     fake.delay_s = 0.05
     fake.script["/completion"] = [lambda body: _json(_completion([body["seed"]]))]
-    engine = _engine(tiny_config, fake.url, concurrency=2)
-    requests = [GenerateRequest((1, 9), SamplingConfig(temp=0.8), seed, 1) for seed in range(1, 7)]
-    gens = engine.generate_many(requests)
-    assert [g.tokens for g in gens] == [(seed,) for seed in range(1, 7)]
-    assert fake.max_in_flight == 2
+    with _seed_runner(tiny_config, fake.url, tmp_path / "r.jsonl", 3) as runner:
+        assert runner.in_flight == 3
+        runner.run(plan(SEED_PLAN, runner.config))
+    results = ResultsFile(tmp_path / "r.jsonl").results()
+    assert sorted(r["seed"] for r in results) == list(range(1, 9))
+    assert all(r["baseline"]["tokens"] == [r["seed"]] for r in results)
+    assert fake.max_in_flight == 3
 
 
-def test_generate_many_raises_the_first_failure(tiny_config, fake):
+@pytest.mark.parametrize(
+    ("mode", "given", "expected"),
+    [(Mode.TEMP0, None, 1), (Mode.SAMPLING, None, 4), (Mode.TEMP0, 3, 3), (Mode.SAMPLING, 2, 2)],
+)
+def test_prompts_in_flight_default_to_one_at_temp0(tiny_config, fake, mode, given, expected):
+    """Servers are not batch-invariant: a bit-exact run sends one request at a time unless told."""
+    seeds = (1,) if mode is Mode.SAMPLING else ()
+    config = replace(
+        tiny_config, mode=mode, seeds=seeds, sampling=SamplingConfig(temp=0.8 * bool(seeds))
+    )
+    engine = _engine(config, fake.url, concurrency=given)
+    assert engine.max_in_flight == expected
+
+
+def test_a_failure_in_flight_keeps_every_answered_prompt_and_resume_ends_it(
+    tiny_config, fake, tmp_path
+):
+    fake.delay_s = 0.02
+
     def reply(body: Any) -> Reply:
-        if body["seed"] == 3:
+        if body["seed"] == 5:
             return _json({"error": {"code": 500, "message": "boom"}}, status=500)
         return _json(_completion([body["seed"]]))
 
     fake.script["/completion"] = [reply]
-    engine = _engine(tiny_config, fake.url, concurrency=2)
-    requests = [GenerateRequest((1, 9), SamplingConfig(temp=0.8), seed, 1) for seed in range(1, 7)]
-    with pytest.raises(EngineError, match="HTTP 500: boom"):
-        engine.generate_many(requests)
+    path = tmp_path / "r.jsonl"
+    with (
+        _seed_runner(tiny_config, fake.url, path, 2) as runner,
+        pytest.raises(EngineError, match="HTTP 500: boom"),
+    ):
+        runner.run(plan(SEED_PLAN, runner.config))
+    kept = {r["seed"] for r in ResultsFile(path).results()}
+    # seeds 1-4 were answered before seed 5 failed; the one in flight beside it is kept too, and
+    # nothing was sent after the failure
+    assert {1, 2, 3, 4} <= kept <= {1, 2, 3, 4, 6}
+    sent = {body["seed"] for p, body in fake.calls if p == "/completion"}
+    assert not {7, 8} & sent
+    fake.script["/completion"] = [lambda body: _json(_completion([body["seed"]]))]
+    with _seed_runner(tiny_config, fake.url, path, 2) as runner:
+        new = runner.run(plan(SEED_PLAN, runner.config), resume=True)
+    assert {r["seed"] for r in new if "comparison" in r} == set(range(1, 9)) - kept
+    assert len(ResultsFile(path).results()) == 8
 
 
 def _vllm_answer(tokens: list[str]) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from equiv.classify import fingerprint_differences
-from equiv.config import RunConfig, SamplingConfig
+from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.server import GenerateRequest, ServerEngine
+from equiv.engines.server import ServerEngine
 from equiv.engines.server_settings import ServerSettings, configure
 from equiv.errors import EngineError
 from equiv.models import cache_dir
@@ -124,17 +124,25 @@ def test_sampling_is_repeatable_per_seed(served):
         print(f"seed {seed}: identical={first.tokens == spec.tokens} acc={spec.acceptance_rate}")
 
 
-def test_concurrent_requests(served):
-    baseline, _ = served
-    prompt = _prompts(PROMPTS[:1])[0]
-    tokens = tuple(baseline.prompt_tokens(prompt))
-    requests = [GenerateRequest(tokens, SamplingConfig(temp=0.8), seed, 4) for seed in range(1, 9)]
+def test_the_runner_keeps_requests_in_flight(served, server_config, tmp_path):
+    """Eight seeds of one prompt through the runner, four prompts in flight on 4-slot servers."""
+    configure(ServerSettings(baseline_url=served[0].url, speculative_url=served[1].url))
+    sampling = SamplingConfig(temp=0.8)
+    seeds = tuple(range(1, 9))
+    config = replace(server_config, mode=Mode.SAMPLING, sampling=sampling, seeds=seeds)
+    config = replace(config, max_tokens=4)
     started = time.perf_counter()
-    gens = baseline.generate_many(requests)
-    rate = len(gens) / (time.perf_counter() - started)
-    assert [g.seed for g in gens] == list(range(1, 9))
-    assert all(g.n_tokens > 0 for g in gens)
-    print(f"{rate:.2f} requests/s with {baseline.settings.concurrency} in flight")
+    try:
+        with Runner(config, load_factory("server"), tmp_path / "r.jsonl", controls=False) as runner:
+            assert runner.in_flight == 4
+            runner.run(plan(_prompts(PROMPTS[:1]), config))
+    finally:
+        configure(None)
+    results = ResultsFile(tmp_path / "r.jsonl").results()
+    rate = 2 * len(results) / (time.perf_counter() - started)
+    assert sorted(r["seed"] for r in results) == list(range(1, 9))
+    assert all(r["baseline"]["tokens"] and r["speculative"]["tokens"] for r in results)
+    print(f"{rate:.2f} requests/s with 4 prompts in flight")
 
 
 def test_openai_mode_against_llama_server(served):

@@ -43,7 +43,12 @@ class Capabilities:
 
 @runtime_checkable
 class Engine(Protocol):
-    """One path (baseline or speculative) that turns prompts into generations."""
+    """One path (baseline or speculative) that turns prompts into generations.
+
+    An engine that can serve concurrent `generate` calls from several threads (an HTTP client
+    of a serving stack) may also set ``max_in_flight: int``; the runner then keeps up to the
+    smaller of the two paths' values of prompts in flight. Without it, prompts run one at a time.
+    """
 
     path: str
     capabilities: Capabilities

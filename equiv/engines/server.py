@@ -16,8 +16,6 @@ import hashlib
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +49,6 @@ from equiv.prompts import Prompt
 from equiv.results import Generation
 
 __all__ = [
-    "GenerateRequest",
     "ServerEngine",
     "ServerSettings",
     "configure",
@@ -66,16 +63,6 @@ def make_engine(config: RunConfig, *, speculative: bool) -> ServerEngine:
     return ServerEngine(config, speculative=speculative, settings=current_settings())
 
 
-@dataclass(frozen=True)
-class GenerateRequest:
-    """One `ServerEngine.generate` call, for `ServerEngine.generate_many`."""
-
-    prompt_tokens: tuple[int, ...]
-    sampling: SamplingConfig
-    seed: int | None
-    max_tokens: int
-
-
 class ServerEngine:
     """One path over HTTP; starts (and owns) its llama-server when given ``server_bin``."""
 
@@ -85,6 +72,7 @@ class ServerEngine:
         self.config = config
         self.settings = settings = settings or current_settings()
         self.path = "speculative" if speculative else "baseline"
+        self.max_in_flight = settings.in_flight(config.mode)  # prompts the runner keeps in flight
         self._server: ServerProcess | None = None
         self._pieces: dict[int, str] = {}
         self._bos: list[int] | None = None
@@ -123,7 +111,7 @@ class ServerEngine:
             flags,
             self.config,
             speculative=self.path == "speculative",
-            slots=self.settings.concurrency,
+            slots=self.max_in_flight,
         )
         log_dir = Path(self.settings.log_dir or tempfile.mkdtemp(prefix="equiv-server-"))
         log_path = log_dir / f"llama-server-{self.path}.log"
@@ -321,25 +309,6 @@ class ServerEngine:
             draft_steps=parsed.draft_steps,
             seed=seed,
         )
-
-    def _generate_one(self, r: GenerateRequest) -> Generation:
-        return self.generate(
-            r.prompt_tokens, sampling=r.sampling, seed=r.seed, max_tokens=r.max_tokens
-        )
-
-    def generate_many(self, requests: Sequence[GenerateRequest]) -> list[Generation]:
-        """Run ``requests`` with up to ``concurrency`` in flight; results in request order.
-
-        The first failure (an `EngineError`, or Ctrl-C) is raised at once: requests not yet sent
-        are cancelled, answers still in flight are dropped.
-        """
-        workers = min(self.settings.concurrency, max(1, len(requests)))
-        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="equiv-http")
-        try:
-            futures = [pool.submit(self._generate_one, request) for request in requests]
-            return [future.result() for future in futures]
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
 
     # -- facts -------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:

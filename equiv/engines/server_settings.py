@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from equiv.config import Mode
 from equiv.errors import ConfigError
 
 __all__ = [
     "APIS",
+    "AUTO_CONCURRENCY",
     "ServerSettings",
     "configure",
     "configure_from_options",
@@ -25,6 +27,11 @@ __all__ = [
 ]
 
 APIS = ("auto", "llama", "openai")
+# A server batches concurrent requests together, and its kernels are not batch-invariant: the
+# same greedy request to llama-server gave different tokens with another request beside it
+# (measured, tests/test_engine_server_real.py). A bit-exact temp-0 comparison therefore sends one
+# request at a time; sampling tests compare distributions and keep several in flight.
+AUTO_CONCURRENCY = {Mode.TEMP0: 1, Mode.SAMPLING: 4}
 _SERVER_OPTIONS = ("server_bin", "baseline_url", "speculative_url")
 
 
@@ -37,7 +44,7 @@ class ServerSettings:
     speculative_url: str | None = None
     api: str = "auto"
     model: str | None = None  # the "model" of OpenAI requests (default: the first served)
-    concurrency: int = 4
+    concurrency: int | None = None  # None: AUTO_CONCURRENCY by mode
     timeout_s: float = 600.0
     start_timeout_s: float = 300.0
     log_dir: str | None = None
@@ -61,8 +68,11 @@ class ServerSettings:
             raise ConfigError(f"--server-api {self.api!r} is not one of {', '.join(APIS)}")
         if self.server_bin and self.api == "openai":
             raise ConfigError("--server-bin starts llama-server: use --server-api llama or auto")
-        if self.concurrency < 1:
-            raise ConfigError(f"--server-concurrency {self.concurrency} must be >= 1 (default 4)")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ConfigError(
+                f"--server-concurrency {self.concurrency} must be >= 1 (default: 1 at temp 0, "
+                "4 in sampling mode)"
+            )
         if self.timeout_s <= 0:
             raise ConfigError(f"--server-timeout {self.timeout_s} must be > 0 seconds")
 
@@ -88,8 +98,8 @@ class ServerSettings:
     @classmethod
     def from_env(cls) -> ServerSettings:
         env = os.environ
-        concurrency = env.get("EQUIV_SERVER_CONCURRENCY", "4")
-        if not concurrency.isdigit():
+        concurrency = env.get("EQUIV_SERVER_CONCURRENCY")
+        if concurrency is not None and not concurrency.isdigit():
             raise ConfigError(
                 f"EQUIV_SERVER_CONCURRENCY={concurrency!r} is not a count; unset it or give e.g. 4"
             )
@@ -98,8 +108,12 @@ class ServerSettings:
             baseline_url=env.get("EQUIV_BASELINE_URL"),
             speculative_url=env.get("EQUIV_SPECULATIVE_URL"),
             api=env.get("EQUIV_SERVER_API", "auto"),
-            concurrency=int(concurrency),
+            concurrency=None if concurrency is None else int(concurrency),
         )
+
+    def in_flight(self, mode: Mode) -> int:
+        """Requests in flight per server: as given, else `AUTO_CONCURRENCY` for the mode."""
+        return self.concurrency or AUTO_CONCURRENCY[mode]
 
 
 _settings: ServerSettings | None = None
