@@ -206,6 +206,15 @@ def _test(analysis: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
     return next((t for t in analysis["tests"] if t["name"] == name), None)
 
 
+# The stages of a rejection sampler, tested on their own when the engine reports judgements.
+STAGES = {
+    "acceptance-forced:speculative": "accept/reject decisions break min(1, p/q): it rejects "
+    "draft tokens the rule must accept, or accepts ones it must reject",
+    "acceptance-rate:speculative": "acceptance rate is not the one min(1, p/q) implies",
+    "residual:speculative": "replacements after a rejection are not draws from norm(max(0, p - q))",
+}
+
+
 def classify_sampling(
     analysis: Mapping[str, Any], *, differences: Sequence[str] = (), has_logits: bool = True
 ) -> Verdict:
@@ -220,6 +229,15 @@ def classify_sampling(
     if differences:
         return _misconfiguration(differences, f"{len(rejected)} test(s) reject")
     spec = _test(analysis, "sampler-consistency:speculative")
+    for name, what in STAGES.items():
+        test = _test(analysis, name)
+        if test is not None and test["p_adjusted"] < alpha:
+            return Verdict(
+                Label.SAMPLER_BUG,
+                f"the speculative sampler's {what} ({name.split(':')[0]} test: Holm-adjusted "
+                f"p = {test['p_adjusted']:.2g} < alpha {alpha:.2g}; {test['detail']})",
+                ev,
+            )
     for path in ("speculative", "baseline"):
         for kind in ("top-token", "sampler-consistency"):
             test = _test(analysis, f"{kind}:{path}")

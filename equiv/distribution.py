@@ -11,8 +11,9 @@ consistency* test. `analyze_prompt` pools all seeds of one prompt and runs:
   numerics;
 - baseline vs speculative, two-sample: first-token distribution (chi-square on merged bins),
   sequence log-likelihood under the target's single-token evaluation (the same scorer for both
-  paths: the baseline's own rows, the speculative samples re-scored) and length (Mann-Whitney,
-  KS);
+  paths: the baseline's own rows, the speculative samples re-scored), length (KS) and distinct-2
+  (distinct token bigrams / bigrams: repetition; Mann-Whitney);
+- the stages of a rejection sampler, for engines that report their judgements (`_stage_tests`);
 - same-seed agreement (informational: llama-cpp-python spends one random draw per token on both
   paths, so equal seeds give equal text unless the logits differ);
 - drift: KL and |Δlogit| between the rows the speculative sampler used and the target's own
@@ -24,6 +25,7 @@ Pure functions of records; no model is called here.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -32,10 +34,13 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.config import SamplingConfig
+from equiv.results import Judgement
 from equiv.sampling import apply_penalties, chain_probs, pit_position
 from equiv.stats import (
     TestResult,
+    acceptance_rate_test,
     chi2_two_sample,
+    forced_decisions_test,
     holm,
     ks_two_sample,
     mann_whitney,
@@ -44,11 +49,54 @@ from equiv.stats import (
     top_token_test,
 )
 
-__all__ = ["PENALTY_WINDOW", "PIT_BINS", "analyze_prompt", "chain_pit"]
+__all__ = ["PENALTY_WINDOW", "PIT_BINS", "analyze_prompt", "chain_pit", "judgement_evidence"]
 
 PIT_BINS = 10
 DEGENERATE = 1.0 - 1e-9  # a chain distribution whose top token holds all the mass
 PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size
+
+
+def _chain(
+    row: npt.NDArray[np.float32], history: Sequence[int], sampling: SamplingConfig
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """The configured chain's distribution over one logits row: the candidate ids (ascending)
+    and their probabilities; ``history`` is the output so far, for the penalties."""
+    logits: Any = row
+    if sampling.repeat_penalty != 1 or sampling.frequency_penalty or sampling.presence_penalty:
+        logits = apply_penalties(
+            row,
+            list(history[-PENALTY_WINDOW:]),
+            repeat_penalty=sampling.repeat_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            presence_penalty=sampling.presence_penalty,
+        )
+    ids: Any = np.arange(row.shape[0])
+    if 0 < sampling.top_k < row.shape[0]:
+        # Only the top_k (ties at the boundary included) can survive the chain: run it on
+        # those candidates, in ascending id order so that ties rank as over the full row.
+        kth = np.partition(logits, logits.shape[0] - sampling.top_k)[-sampling.top_k]
+        ids = np.flatnonzero(logits >= kth)
+        logits = logits[ids]
+    probs = chain_probs(
+        logits,
+        temp=sampling.temp,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        typical_p=sampling.typical_p,
+    )
+    return ids, probs
+
+
+def _pit(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
+    """``[mass_before, p_token, p_top]``; a token outside the candidates had probability 0, so
+    all the mass ranks before it."""
+    where = int(np.searchsorted(ids, token))
+    if where < ids.size and ids[where] == token:
+        mass, p = pit_position(probs, where)
+    else:
+        mass, p = 1.0, 0.0
+    return [round(mass, 9), round(p, 9), round(float(probs.max()), 9)]
 
 
 def chain_pit(
@@ -56,50 +104,56 @@ def chain_pit(
 ) -> list[list[float]]:
     """``[mass_before, p_token, p_top]`` of every emitted token under the configured chain
     (``p_top``: the probability of the chain's most probable token)."""
-    out: list[list[float]] = []
-    penalised = (
-        sampling.repeat_penalty != 1 or sampling.frequency_penalty or sampling.presence_penalty
-    )
-    for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
-        logits: Any = row
-        if penalised:
-            logits = apply_penalties(
-                row,
-                list(tokens[max(0, i - PENALTY_WINDOW) : i]),
-                repeat_penalty=sampling.repeat_penalty,
-                frequency_penalty=sampling.frequency_penalty,
-                presence_penalty=sampling.presence_penalty,
-            )
-        ids: Any = None
-        if 0 < sampling.top_k < row.shape[0]:
-            # Only the top_k (ties at the boundary included) can survive the chain: run it on
-            # those candidates, in ascending id order so that ties rank as over the full row.
-            kth = np.partition(logits, logits.shape[0] - sampling.top_k)[-sampling.top_k]
-            ids = np.flatnonzero(logits >= kth)
-            logits = logits[ids]
-        probs = chain_probs(
-            logits,
-            temp=sampling.temp,
-            top_k=sampling.top_k,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            typical_p=sampling.typical_p,
-        )
-        if ids is not None:
-            where = np.flatnonzero(ids == int(token))
-            # A token outside the candidates had probability 0: all the mass ranks before it.
-            mass, p = pit_position(probs, int(where[0])) if where.size else (1.0, 0.0)
-        else:
-            mass, p = pit_position(probs, int(token))
-        out.append([round(mass, 9), round(p, 9), round(float(probs.max()), 9)])
-    return out
+    return [
+        _pit(*_chain(row, tokens[:i], sampling), int(token))
+        for i, (row, token) in enumerate(zip(rows, tokens, strict=True))
+    ]
 
 
-def _pit_values(records: Sequence[Mapping[str, Any]], path: str, seed: int) -> Any:
+def judgement_evidence(
+    rows: npt.NDArray[np.float32],
+    tokens: Sequence[int],
+    judgements: Sequence[Judgement],
+    sampling: SamplingConfig,
+) -> dict[str, list[list[float]]]:
+    """Each stage of a rejection sampler, from the rows it used (``Capabilities.judgements``).
+
+    With p the target's and q the draft's distribution under the configured chain:
+
+    - ``acceptance``: ``[a, accepted, q(x)]`` per judged draft token x, ``a = min(1, p(x) /
+      q(x))`` the probability the rule accepts it with (1 where q(x) = 0);
+    - ``residual_pit``: ``[mass_before, p, p_top]`` of each replacement drawn after a rejection,
+      under ``norm(max(0, p - q))`` (p itself where that is all zero).
+    """
+    acceptance: list[list[float]] = []
+    residual: list[list[float]] = []
+    for j in judgements:
+        p_ids, p = _chain(rows[j.pos], tokens[: j.pos], sampling)
+        q_ids, q = _chain(j.draft_row, tokens[: j.pos], sampling)
+        ids = np.union1d(p_ids, q_ids)
+        pp = np.zeros(ids.size)
+        qq = np.zeros(ids.size)
+        pp[np.searchsorted(ids, p_ids)] = p
+        qq[np.searchsorted(ids, q_ids)] = q
+        where = int(np.searchsorted(ids, j.token))
+        known = where < ids.size and ids[where] == j.token
+        px, qx = (float(pp[where]), float(qq[where])) if known else (0.0, 0.0)
+        a = min(1.0, px / qx) if qx > 0 else 1.0
+        acceptance.append([round(a, 12), float(j.accepted), round(qx, 12)])
+        if not j.accepted:
+            r = np.maximum(pp - qq, 0.0)
+            r = r / r.sum() if r.sum() > 0 else pp
+            residual.append(_pit(ids, r, int(tokens[j.pos])))
+    return {"acceptance": acceptance, "residual_pit": residual}
+
+
+def _pit_values(
+    records: Sequence[Mapping[str, Any]], path: str, seed: int, key: str = "chain_pit"
+) -> Any:
     """Randomized PIT values of the emitted tokens, leaving out positions where the chain left a
     single token: there u would be the uniform V alone, pure noise that only dilutes the test
     (dropping them conditions on the distribution, not on the draw, so H0 still holds)."""
-    pits = [t for r in records for t in r[path].get("chain_pit", []) if t[2] < DEGENERATE]
+    pits = [t for r in records for t in r[path].get(key, []) if t[2] < DEGENERATE]
     if not pits:
         return np.empty(0)
     arr = np.asarray(pits, dtype=np.float64)
@@ -114,6 +168,28 @@ def _top_token(records: Sequence[Mapping[str, Any]], path: str, alpha: float) ->
     return top_token_test(pits[:, 0] == 0.0, pits[:, 2], alpha=alpha)
 
 
+def _stage_tests(
+    records: Sequence[Mapping[str, Any]], alpha: float, seed: int, effect_w: float
+) -> list[TestResult]:
+    """The rejection sampler's stages on their own, for engines that report judgements: the
+    accept/reject decisions against ``min(1, p/q)``, and the replacements against the residual."""
+    if not any("acceptance" in r["speculative"] for r in records):
+        return []
+    rows = [t for r in records for t in r["speculative"].get("acceptance", [])]
+    arr = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+    a, accepted, q_token = arr[:, 0], arr[:, 1], arr[:, 2]
+    u = _pit_values(records, "speculative", seed, key="residual_pit")
+    forced = forced_decisions_test(a, accepted, q_token, alpha=alpha)
+    return [
+        _renamed(forced, "acceptance-forced:speculative"),
+        _renamed(acceptance_rate_test(a, accepted, alpha=alpha), "acceptance-rate:speculative"),
+        _renamed(
+            pit_uniformity_test(u, alpha=alpha, bins=PIT_BINS, effect_w=effect_w),
+            "residual:speculative",
+        ),
+    ]
+
+
 def _loglik(record: Mapping[str, Any], path: str) -> float | None:
     """The sample's log-likelihood under the target's single-token evaluation and the chain: the
     baseline's own rows are exactly that; speculative samples carry a re-scoring."""
@@ -122,6 +198,12 @@ def _loglik(record: Mapping[str, Any], path: str) -> float | None:
     if pits is None:
         return None
     return float(sum(np.log(max(t[1], 1e-300)) for t in pits))
+
+
+def _distinct2(tokens: Sequence[int]) -> float | None:
+    """Distinct bigrams / bigrams of one sample (repetition: a loop scores low); None below 2."""
+    pairs = list(itertools.pairwise(tokens))
+    return len(set(pairs)) / len(pairs) if pairs else None
 
 
 def _pit_hist(u: Any) -> dict[str, list[float]]:
@@ -171,6 +253,7 @@ def analyze_prompt(
             result = pit_uniformity_test(u[path], alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
             tests.append(_renamed(result, f"sampler-consistency:{path}"))
             tests.append(_renamed(_top_token(records, path, alpha), f"top-token:{path}"))
+    tests.extend(_stage_tests(records, alpha, pit_seed, effect_w))
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
     tests.append(
         _renamed(
@@ -195,6 +278,16 @@ def analyze_prompt(
             _renamed(
                 ks_two_sample(lengths["baseline"], lengths["speculative"], alpha=alpha),
                 "length:two-sample",
+            )
+        )
+    distinct = {
+        p: [d for r in records if (d := _distinct2(r[p]["tokens"])) is not None] for p in lengths
+    }
+    if len(set(distinct["baseline"] + distinct["speculative"])) > 1:
+        tests.append(
+            _renamed(
+                mann_whitney(distinct["baseline"], distinct["speculative"], alpha=alpha),
+                "distinct-2:two-sample",
             )
         )
     adjusted = holm([t.p_value for t in tests])

@@ -24,6 +24,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "DraftStep",
     "Generation",
+    "Judgement",
     "ResultsFile",
     "TokenAlternatives",
 ]
@@ -80,6 +81,22 @@ class DraftStep:
 
 
 @dataclass(frozen=True)
+class Judgement:
+    """One draft token the target judged, from an engine that verifies by rejection sampling.
+
+    The draft proposed ``token`` for output position ``pos``, sampling it from ``draft_row``
+    (the draft's logits, through the configured chain); the target row is the generation's own
+    ``logits[pos]``. ``accepted`` is the decision; after a rejection ``tokens[pos]`` is the
+    replacement the engine drew. Held in memory only, like ``Generation.logits``.
+    """
+
+    pos: int
+    token: int
+    accepted: bool
+    draft_row: npt.NDArray[np.float32] = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Generation:
     """What one engine path produced for one prompt.
 
@@ -101,6 +118,7 @@ class Generation:
     draft_s: float = 0.0  # wall time spent inside the draft model (speculative path)
     seed: int | None = None
     logits: npt.NDArray[np.float32] | None = field(default=None, compare=False, repr=False)
+    judgements: tuple[Judgement, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def n_tokens(self) -> int:
@@ -126,7 +144,7 @@ class Generation:
         return self.accepted / self.drafted if self.drafted else None
 
     def without_logits(self) -> Generation:
-        return Generation(**{**self.__dict__, "logits": None})
+        return Generation(**{**self.__dict__, "logits": None, "judgements": ()})
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -17,7 +17,7 @@ from equiv import __version__
 from equiv.classify import classify_sampling, classify_temp0, fingerprint_differences
 from equiv.compare import compare
 from equiv.config import Mode, RunConfig
-from equiv.distribution import analyze_prompt, chain_pit
+from equiv.distribution import analyze_prompt, chain_pit, judgement_evidence
 from equiv.engines.base import Engine, EngineFactory
 from equiv.errors import ConfigError, PromptError
 from equiv.inflight import completed
@@ -259,6 +259,11 @@ class Runner:
             if gen.logits is not None:
                 sampling = self.config.for_path(speculative=path == "speculative").sampling
                 record[path]["chain_pit"] = chain_pit(gen.logits, gen.tokens, sampling)
+        if spec.logits is not None and self.speculative.capabilities.judgements:
+            sampling = self.config.for_path(speculative=True).sampling
+            record["speculative"].update(
+                judgement_evidence(spec.logits, spec.tokens, spec.judgements, sampling)
+            )
         # Every speculative sample is re-scored by the target one token at a time, exactly as
         # the baseline evaluates: the drift between the rows the speculative sampler used and the
         # target's own, and the sample's log-likelihood under the same scorer as the baseline's.

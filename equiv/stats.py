@@ -25,12 +25,15 @@ from scipy import stats as sps
 from equiv.errors import ConfigError
 
 __all__ = [
+    "FORCED_TOL",
     "DriftMetrics",
     "TestResult",
+    "acceptance_rate_test",
     "benjamini_hochberg",
     "chi2_power",
     "chi2_two_sample",
     "drift_metrics",
+    "forced_decisions_test",
     "holm",
     "ks_two_sample",
     "mann_whitney",
@@ -41,6 +44,7 @@ __all__ = [
 ]
 
 FloatArray = npt.NDArray[np.float64]
+FORCED_TOL = 1e-6  # rounding between an engine's chain and equiv's, for forced decisions
 _KINDS: dict[str, type] = {"str": str, "int": int, "float": float}
 
 
@@ -235,6 +239,102 @@ def top_token_test(
     )
     p_value = float(2 * sps.norm.sf(abs(z)))
     return TestResult(name, z, p_value, alpha, n, None, power, (x - mean) / n, detail)
+
+
+def _decisions(
+    a: npt.ArrayLike, accepted: npt.ArrayLike
+) -> tuple[FloatArray, npt.NDArray[np.bool_]]:
+    prob = np.asarray(a, dtype=np.float64).reshape(-1)
+    acc = np.asarray(accepted, dtype=np.float64).reshape(-1) > 0.5
+    if prob.shape != acc.shape:
+        raise ValueError(f"a {prob.shape} and accepted {acc.shape} differ in shape")
+    if prob.size and (np.isnan(prob).any() or prob.min() < 0.0 or prob.max() > 1.0):
+        raise ValueError("acceptance probabilities must lie in [0, 1]")
+    return prob, acc
+
+
+def forced_decisions_test(
+    a: npt.ArrayLike,
+    accepted: npt.ArrayLike,
+    q_token: npt.ArrayLike,
+    *,
+    alpha: float,
+    tol: float = FORCED_TOL,
+    flip: float = 0.01,
+) -> TestResult:
+    """Draft tokens the acceptance rule must accept or must reject, and how many went wrong.
+
+    H0: draft token i is accepted with probability ``a_i = min(1, p(x_i) / q(x_i))``. Where
+    ``a_i >= 1 - tol`` (``p(x) >= q(x)``: the rule must accept) or ``a_i <= tol`` (``p(x) = 0``:
+    it must reject) a wrong decision has probability at most ``tol`` (rounding between the
+    engine's chain and equiv's), and a draft token outside the draft's own chain
+    (``q(x) = 0``) cannot occur. With V such violations among m forced decisions, ``p = P[Binom(m,
+    tol) >= V]`` (exact tail; it bounds the Poisson-binomial). This is the test that catches an
+    acceptance rule that is not ``min(1, p/q)``: a greedy or "top-2" verifier rejects tokens with
+    ``p >= q``. ``power``: for ``flip`` of the forced decisions wrong; ``effect``: V / m.
+    """
+    _check_alpha(alpha)
+    prob, acc = _decisions(a, accepted)
+    qx = np.asarray(q_token, dtype=np.float64).reshape(-1)
+    if qx.shape != prob.shape:
+        raise ValueError(f"q_token {qx.shape} and a {prob.shape} differ in shape")
+    must_accept = prob >= 1.0 - tol
+    must_reject = prob <= tol
+    forced = must_accept | must_reject | (qx <= 0.0)
+    wrong = (must_accept & ~acc) | (must_reject & acc) | (qx <= 0.0)
+    m, v = int(forced.sum()), int(wrong.sum())
+    name = "forced_decisions"
+    if m == 0:
+        return _not_enough(name, alpha, 0, "no draft token had p >= q or p = 0")
+    p_value = float(sps.binom.sf(v - 1, m, tol)) if v else 1.0
+    v_crit = int(sps.binom.isf(alpha, m, tol)) + 1  # smallest V with P[Binom >= V] <= alpha
+    power = float(sps.binom.sf(v_crit - 1, m, flip))
+    detail = (
+        f"{v} of {m} forced decisions wrong ({int((must_accept & ~acc).sum())} draft tokens with "
+        f"p >= q rejected, {int((must_reject & acc).sum())} with p = 0 accepted, "
+        f"{int((qx <= 0.0).sum())} outside the draft's chain); {v_crit} would reject; "
+        f"power {power:.3f} if {flip:g} of them were wrong"
+    )
+    return TestResult(name, float(v), p_value, alpha, m, None, power, v / m, detail)
+
+
+def acceptance_rate_test(
+    a: npt.ArrayLike,
+    accepted: npt.ArrayLike,
+    *,
+    alpha: float,
+    tol: float = FORCED_TOL,
+    shift: float = 0.05,
+) -> TestResult:
+    """How many of the draft tokens the rule accepts only by chance were accepted.
+
+    H0: over the decisions with ``tol < a_i < 1 - tol``, each is accepted with probability
+    ``a_i`` independently, so the count X is Poisson-binomial; exact two-sided p-value
+    ``min(1, 2 min(P[X <= x], P[X >= x]))`` (``scipy.stats.poisson_binom``). Catches a ratio
+    computed from the wrong probabilities (the draft's at another temperature). ``effect``: the
+    excess acceptance rate ``(X - E) / n``; ``power`` (normal approximation) for every ``a_i``
+    raised by ``shift`` (capped at 1).
+    """
+    _check_alpha(alpha)
+    prob, acc = _decisions(a, accepted)
+    chance = (prob > tol) & (prob < 1.0 - tol)
+    prob, acc = prob[chance], acc[chance]
+    n = int(prob.size)
+    name = "acceptance_rate"
+    if n == 0:
+        return _not_enough(name, alpha, 0, "no draft token had 0 < p < q")
+    x, mean = int(acc.sum()), float(prob.sum())
+    dist = sps.poisson_binom(prob)
+    p_value = min(1.0, 2.0 * min(float(dist.cdf(x)), float(dist.sf(x - 1))))
+    sd = math.sqrt(float(np.sum(prob * (1.0 - prob))))
+    z_crit = float(sps.norm.isf(alpha / 2))
+    lam = float(np.minimum(shift, 1.0 - prob).sum()) / sd
+    power = float(sps.norm.sf(z_crit - lam) + sps.norm.cdf(-z_crit - lam))
+    detail = (
+        f"{x} of {n} accepted where the rule implies {mean:.1f} +- {sd:.1f}; power {power:.3f} "
+        f"for a shift of {shift:g} in the acceptance probability"
+    )
+    return TestResult(name, (x - mean) / sd, p_value, alpha, n, None, power, (x - mean) / n, detail)
 
 
 def chi2_two_sample(

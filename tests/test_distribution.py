@@ -3,10 +3,18 @@
 import numpy as np
 import pytest
 
+from equiv.acceptance import Rule, accept_probability, residual
 from equiv.classify import classify_sampling
 from equiv.config import SamplingConfig
-from equiv.distribution import analyze_prompt, chain_pit
+from equiv.distribution import analyze_prompt, chain_pit, judgement_evidence
+from equiv.results import Judgement
 from equiv.sampling import chain_probs, pit_position
+from equiv.stats import (
+    acceptance_rate_test,
+    forced_decisions_test,
+    pit_uniformity_test,
+    randomized_pit,
+)
 from equiv.verdict import Label
 
 
@@ -75,3 +83,68 @@ def test_every_test_is_holm_adjusted_within_the_prompt():
         "top-token:speculative",
         "first-token:two-sample",
     }
+
+
+def test_a_path_that_loops_fails_distinct2():
+    """Same first tokens and lengths, but the speculative samples repeat one bigram."""
+    rng = np.random.default_rng(11)
+    records = _records(rng, biased=False, seeds=20)
+    for record in records:
+        record["speculative"]["tokens"] = [record["speculative"]["tokens"][0], 1] * 15
+    tests = {t["name"]: t for t in analyze_prompt(records, alpha=0.01)["tests"]}
+    assert tests["distinct-2:two-sample"]["p_value"] < 1e-6
+    assert tests["first-token:two-sample"]["p_value"] > 0.01
+
+
+def _rejection_sampled(rule, n: int = 1500, seed: int = 3):
+    """``n`` positions of a rejection sampler over 30-token rows (one draft token judged per
+    position): the target rows, the emitted tokens and the judgements an engine would report."""
+    rng = np.random.default_rng(seed)
+    sampling = SamplingConfig(temp=0.8)
+    rows = (rng.normal(size=(n, 30)) * 2).astype(np.float32)
+    drafts = (rows + rng.normal(size=rows.shape)).astype(np.float32)
+    tokens, judged = [], []
+    for i in range(n):
+        p = chain_probs(rows[i], temp=0.8, top_k=40, top_p=0.95, min_p=0.05)
+        q = chain_probs(drafts[i], temp=0.8, top_k=40, top_p=0.95, min_p=0.05)
+        # wrong_temp: the ratio uses the draft at twice its temperature, as the reference engine
+        wrong = {"q_wrong": chain_probs(drafts[i], temp=1.6, top_k=40, top_p=0.95, min_p=0.05)}
+        extra = wrong if rule is Rule.WRONG_TEMP else {}
+        x = int(rng.choice(30, p=q))
+        ok = bool(rng.random() < accept_probability(rule, p, q, x, **extra))
+        tokens.append(x if ok else int(rng.choice(30, p=residual(rule, p, q, **extra))))
+        judged.append(Judgement(i, x, ok, drafts[i]))
+    return judgement_evidence(rows, tokens, judged, sampling)
+
+
+def _stage_p_values(evidence):
+    arr = np.asarray(evidence["acceptance"])
+    pits = np.asarray(evidence["residual_pit"])
+    u = randomized_pit(pits[:, 0], pits[:, 1], np.random.default_rng(0))
+    return (
+        forced_decisions_test(arr[:, 0], arr[:, 1], arr[:, 2], alpha=0.01).p_value,
+        acceptance_rate_test(arr[:, 0], arr[:, 1], alpha=0.01).p_value,
+        pit_uniformity_test(u, alpha=0.01).p_value,
+    )
+
+
+def test_judgement_evidence_of_a_correct_rejection_sampler_passes_every_stage():
+    evidence = _rejection_sampled(Rule.CORRECT)
+    arr = np.asarray(evidence["acceptance"])
+    assert len(arr) == 1500
+    assert len(evidence["residual_pit"]) == int((arr[:, 1] == 0).sum())
+    assert (arr[:, 2] > 0).all()  # every draft token came from the draft's own chain
+    assert 0.2 < (arr[:, 0] >= 1 - 1e-6).mean() < 0.8  # many forced accepts, many chances
+    forced, rate, resid = _stage_p_values(evidence)
+    assert forced == 1.0  # a forced decision never goes wrong
+    assert rate > 0.01
+    assert resid > 0.01
+
+
+@pytest.mark.parametrize(
+    ("rule", "stage"),
+    [(Rule.GREEDY, 0), (Rule.TOP2, 0), (Rule.WRONG_TEMP, 1), (Rule.NO_MAX, 2), (Rule.NO_NORM, 2)],
+)
+def test_each_faulty_rule_fails_the_stage_it_breaks(rule, stage):
+    p_values = _stage_p_values(_rejection_sampled(rule))
+    assert p_values[stage] < 1e-4, p_values

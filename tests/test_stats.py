@@ -13,10 +13,12 @@ from equiv.sampling import pit_position
 from equiv.stats import (
     DriftMetrics,
     TestResult,
+    acceptance_rate_test,
     benjamini_hochberg,
     chi2_power,
     chi2_two_sample,
     drift_metrics,
+    forced_decisions_test,
     holm,
     ks_two_sample,
     mann_whitney,
@@ -250,3 +252,29 @@ def test_drift_metrics_forbidden_token_gives_infinite_kl() -> None:
 def test_bad_alpha_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"alpha=1\.5"):
         pit_uniformity_test([0.5], alpha=1.5)
+
+
+def test_forced_decisions_count_only_the_decisions_the_rule_fixes() -> None:
+    a = [1.0] * 998 + [0.4, 0.0]
+    accepted = [1] * 998 + [0, 0]
+    clean = forced_decisions_test(a, accepted, [0.2] * 1000, alpha=0.01)
+    assert (clean.n, clean.statistic, clean.p_value) == (999, 0.0, 1.0)
+    accepted[0] = 0  # a token with p >= q rejected: at most a rounding's chance under H0
+    one = forced_decisions_test(a, accepted, [0.2] * 1000, alpha=0.01)
+    assert one.statistic == 1.0
+    assert one.p_value == pytest.approx(1 - (1 - 1e-6) ** 999, rel=1e-6)
+    assert "1 draft tokens with p >= q rejected" in one.detail
+    outside = forced_decisions_test([0.4], [1], [0.0], alpha=0.01)  # q(x) = 0: impossible
+    assert outside.statistic == 1.0
+    assert outside.p_value < 1e-5
+    assert forced_decisions_test([0.5], [1], [0.3], alpha=0.01).detail.startswith("not enough")
+
+
+def test_acceptance_rate_is_an_exact_poisson_binomial_test() -> None:
+    all_in = acceptance_rate_test([0.5] * 10, [1] * 10, alpha=0.01)
+    assert all_in.p_value == pytest.approx(2 * 0.5**10)
+    assert acceptance_rate_test([0.5] * 10, [1] * 5 + [0] * 5, alpha=0.01).p_value == 1.0
+    # forced decisions (a = 1 or 0) are the other test's; they do not count here
+    assert acceptance_rate_test([1.0, 0.5, 0.0], [1, 1, 0], alpha=0.01).n == 1
+    with pytest.raises(ValueError, match="differ in shape"):
+        acceptance_rate_test([0.5, 0.5], [1], alpha=0.01)

@@ -30,12 +30,16 @@ class Capabilities:
     rescoring: it can score a given token sequence (teacher forcing).
     token_ids: tokens are real token IDs; False when a server returns only their text, so tokens
         are compared by text (stand-in IDs, see `equiv.engines.server_api.piece_id`).
+    judgements: the speculative path verifies drafts by rejection sampling (accept with
+        probability min(1, p/q)) and reports every judged draft token with the draft's row
+        (`equiv.results.Judgement`), so each stage of its sampler can be tested on its own.
     """
 
     full_logits: bool
     deterministic_seed: bool
     rescoring: bool = False
     token_ids: bool = True
+    judgements: bool = False
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)

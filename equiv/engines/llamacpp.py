@@ -29,7 +29,7 @@ from equiv.engines.base import Capabilities
 from equiv.errors import EngineError, ModelError
 from equiv.gguf_info import read_gguf_info
 from equiv.prompts import Prompt
-from equiv.results import DraftStep, Generation, TokenAlternatives
+from equiv.results import DraftStep, Generation, Judgement, TokenAlternatives
 
 __all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine", "quiet_stderr"]
 
@@ -296,6 +296,7 @@ class LlamaCppEngine:
         t_decode: float,
         draft_steps: tuple[DraftStep, ...],
         draft_s: float = 0.0,
+        judgements: tuple[Judgement, ...] = (),
     ) -> Generation:
         """A `Generation` from what a decode loop collected; rows[i] is the row of tokens[i]."""
         # Sampling runs keep only top-2 per token on disk: seeds x tokens would otherwise swell it.
@@ -315,6 +316,7 @@ class LlamaCppEngine:
             draft_s=draft_s,
             seed=seed,
             logits=rows,
+            judgements=judgements,
         )
 
     def _cache_prefix(self, prompt_tokens: Sequence[int]) -> None:

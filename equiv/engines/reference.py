@@ -31,7 +31,7 @@ from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities, EngineFactory
 from equiv.engines.llamacpp import LlamaCppEngine, _last_row, _load_llama
 from equiv.errors import ConfigError
-from equiv.results import DraftStep, Generation
+from equiv.results import DraftStep, Generation, Judgement
 from equiv.sampling import chain_probs
 
 __all__ = ["RULE_FACTORIES", "ReferenceEngine", "factory_for", "make_engine"]
@@ -57,7 +57,9 @@ def _draw(probs: npt.NDArray[np.float64], rng: np.random.Generator) -> int:
 class ReferenceEngine(LlamaCppEngine):
     """The speculative path as a textbook rejection sampler with a chosen acceptance `Rule`."""
 
-    capabilities = Capabilities(full_logits=True, deterministic_seed=True, rescoring=True)
+    capabilities = Capabilities(
+        full_logits=True, deterministic_seed=True, rescoring=True, judgements=True
+    )
 
     def __init__(self, config: RunConfig, *, rule: Rule = Rule.CORRECT) -> None:
         if config.sampling.repeat_penalty != 1.0 or config.sampling.frequency_penalty != 0.0:
@@ -97,6 +99,7 @@ class ReferenceEngine(LlamaCppEngine):
         emitted: list[int] = []
         rows: list[npt.NDArray[np.float32]] = []
         steps: list[DraftStep] = []
+        judged: list[Judgement] = []
         t0 = time.perf_counter()
         t_first = t0
         stop_reason = "length"
@@ -105,10 +108,12 @@ class ReferenceEngine(LlamaCppEngine):
             draft.n_tokens = len(context)
             draft.eval(pending)
             drafts: list[int] = []
+            draft_rows: list[npt.NDArray[np.float32]] = []
             qs: list[Any] = []
             q_wrongs: list[Any] = []
             for _ in range(min(k_max, max_tokens - len(emitted))):
                 row = _last_row(draft)
+                draft_rows.append(row.copy())
                 qs.append(_probs(row, sampling, temp))
                 if self.rule is Rule.WRONG_TEMP:
                     q_wrongs.append(_probs(row, sampling, wrong_temp))
@@ -130,7 +135,9 @@ class ReferenceEngine(LlamaCppEngine):
                 }
                 used = batch_rows[max(j - 1, 0)] if self.rule is Rule.OFF_BY_ONE else batch_rows[j]
                 a = accept_probability(self.rule, p, qs[j], x, **extra)
-                if rng.random() < a:
+                ok = bool(rng.random() < a)
+                judged.append(Judgement(len(emitted) + j, x, ok, draft_rows[j]))
+                if ok:
                     out.append(x)
                     rows.append(used.copy())
                     accepted += 1
@@ -165,6 +172,7 @@ class ReferenceEngine(LlamaCppEngine):
             t_prompt=t_first - t0,
             t_decode=t_end - t_first,
             draft_steps=tuple(steps),
+            judgements=tuple(j for j in judged if j.pos < len(emitted)),
         )
 
     def fingerprint(self) -> dict[str, Any]:
