@@ -199,6 +199,26 @@ def test_a_llama_server_answer_becomes_a_generation(tiny_config, fake):
     }
 
 
+def test_placeholder_probabilities_of_speculative_tokens_are_recorded_as_missing(
+    tiny_config, fake
+):
+    """llama-server sends none (this build) or p = 1 for every candidate (newer builds,
+    ggml-org/llama.cpp#27972) for the tokens of a speculative step; neither is evidence."""
+    answer = _completion([5, 6, 7])
+    answer["completion_probabilities"][1]["top_logprobs"] = []
+    answer["completion_probabilities"][2]["logprob"] = 0.0
+    answer["completion_probabilities"][2]["top_logprobs"] = [
+        {"id": 7, "token": "tok7", "logprob": 0.0},
+        {"id": 8, "token": "x", "logprob": 0.0},
+    ]
+    fake.script["/completion"] = [_json(answer)]
+    gen = _generate(_engine(tiny_config, fake.url))
+    assert gen.tokens == (5, 6, 7)
+    assert gen.alternatives[0].ids == (5, 6, 7)  # a real row is kept
+    assert gen.alternatives[1].ids == ()
+    assert gen.alternatives[2].ids == ()
+
+
 def test_two_servers_of_one_setup_have_no_fingerprint_differences(tiny_config, fake):
     other = FakeServer(Path(tiny_config.target.path).name)
     try:

@@ -17,10 +17,12 @@ Evidence recorded, and its limits:
 - Draft statistics are per request only (the server keeps no per-round record): they are recorded
   as one aggregated ``DraftStep(pos=0, drafted=draft_n, accepted=draft_n_accepted)``.
 - A probability of 0 (log-probability -inf, sent as ``null``) is recorded as ``-1e9``.
+- Tokens of a speculative step carry no probabilities on llama-server (see `_candidates`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Mapping, Sequence
@@ -235,15 +237,27 @@ def parse_llama(data: Any, *, url: str, n_probs: int) -> Parsed:
         pieces=tuple(_piece(p) for p in probs),
         text=data["content"],
         stop_reason=_STOP.get(str(data.get("stop_type", "")), str(data.get("stop_type", ""))),
-        alternatives=tuple(
-            _alternatives([(int(c["id"]), _logprob(c.get("logprob"))) for c in p["top_logprobs"]])
-            for p in probs
-        ),
+        alternatives=tuple(_candidates(p, n_probs) for p in probs),
         t_prompt_s=t_prompt,
         t_decode_s=t_decode,
         draft_steps=steps,
         ids_known=True,
     )
+
+
+def _candidates(entry: Mapping[str, Any], n_probs: int) -> TokenAlternatives:
+    """One token's candidates; none where the server sent a placeholder instead of them.
+
+    llama-server computes no probabilities for the tokens of a speculative step: this build
+    sends an empty list, newer ones ``logprob 0.0`` (p = 1) for every candidate
+    (ggml-org/llama.cpp#27972; #27196 would fix it). Fewer than two candidates when ``n_probs
+    >= 2`` was asked, or probabilities summing above 1, cannot be real: recorded as missing.
+    """
+    pairs = [(int(c["id"]), _logprob(c.get("logprob"))) for c in entry.get("top_logprobs") or []]
+    total = sum(math.exp(lp) for _, lp in pairs)
+    if (n_probs >= 2 and len(pairs) < 2) or total > 1.0 + 1e-3:
+        return TokenAlternatives((), ())
+    return _alternatives(pairs)
 
 
 def _openai_id(token: str) -> int | None:
