@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
+from _pytest import junitxml  # xml_key: pytest's own handle on the --junitxml writer
 
 if TYPE_CHECKING:
     from equiv.checks import Check, CheckSession, Policy
@@ -372,6 +373,7 @@ class _Reporter:
 
             self.checks.extend(Check.from_dict(c) for c in data)
 
+    @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.checks:
             return
@@ -381,6 +383,10 @@ class _Reporter:
         self.problems = problems(self.checks, s.policy)
         if self.problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        xml = session.config.stash.get(junitxml.xml_key, None)
+        if xml is not None:  # CI that reads only the XML sees why the session failed
+            for problem in self.problems:
+                xml.add_global_property("equiv_session_failure", problem)
         if s.report is not None:
             try:
                 self.written = [str(p) for p in write_results(self.checks, s.report)]

@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+# numpy and scipy are imported once out here: pytester's in-process runs drop the modules they
+# imported, and their C extensions cannot be imported twice in one process.
+import numpy  # noqa: F401
 import pytest
+import scipy.stats  # noqa: F401
 
 from equiv.plugin import ENGINE_OPTION, MAX_TOKENS_OPTION, SUITE_OPTION, option_name
 
