@@ -84,9 +84,17 @@ def black_box(pool: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def flagged(records: Sequence[dict[str, Any]]) -> bool:
+def flagging_tests(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The tests behind a sampler-bug verdict on these records (empty: not flagged)."""
     analysis = analyze_prompt(records, alpha=ALPHA)
-    return classify_sampling(analysis).label is Label.SAMPLER_BUG
+    if classify_sampling(analysis).label is not Label.SAMPLER_BUG:
+        return []
+    rejected = [t["name"] for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
+    return rejected or ["drift"]
+
+
+def flagged(records: Sequence[dict[str, Any]]) -> bool:
+    return bool(flagging_tests(records))
 
 
 def tokens_of(records: Sequence[dict[str, Any]]) -> int:
@@ -119,9 +127,12 @@ def needed(pool: Sequence[dict[str, Any]], rng: np.random.Generator, reps: int) 
 def false_positives(pool: Sequence[dict[str, Any]]) -> str:
     k = max(2, round(GROUP_TOKENS * len(pool) / tokens_of(pool)))
     groups = [pool[i : i + k] for i in range(0, len(pool) - k + 1, k)]
-    hits = sum(flagged(g) for g in groups)
+    why = [flagging_tests(g) for g in groups]
+    hits = sum(bool(w) for w in why)
     upper = float(sps.beta.ppf(0.95, hits + 1, len(groups) - hits)) if hits < len(groups) else 1.0
-    return f"{hits}/{len(groups)} (95% upper bound {upper:.2f})"
+    names = sorted({name for w in why for name in w})
+    by = f"; by {', '.join(names)}" if names else ""
+    return f"{hits}/{len(groups)} (95% upper bound {upper:.2f}{by})"
 
 
 def main() -> None:

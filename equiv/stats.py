@@ -177,7 +177,8 @@ def pit_uniformity_test(
     """Chi-square goodness of fit of PIT values against U(0, 1).
 
     H0: the ``u`` are i.i.d. U(0, 1) (the tokens were drawn from the stated distributions). The
-    ``u`` are counted in ``bins`` equal-width bins and compared with ``n / bins`` each
+    ``u`` are counted in ``bins`` equal-width bins (fewer when ``n < 5 * bins``, so that every
+    bin expects at least 5; below 10 values there is no test) and compared with ``n / bins`` each
     (``scipy.stats.chisquare``, ``df = bins - 1``). ``effect`` is the observed Cohen's ``w =
     sqrt(X2 / n)``; ``power`` is `chi2_power` at ``w = effect_w``, and ``detail`` adds the
     smallest ``w`` detectable with power 0.95 (`min_detectable_w`).
@@ -190,17 +191,20 @@ def pit_uniformity_test(
         raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
     n = int(x.size)
     name = "pit_uniformity"
-    if n == 0:
-        return _not_enough(name, alpha, 0, "no PIT values")
+    if n < 10:
+        return _not_enough(name, alpha, n, f"{n} PIT values; the chi-square needs 10 or more")
+    asked, bins = bins, max(2, min(bins, n // 5))  # >= 5 expected per bin, or it over-rejects
     counts, _ = np.histogram(x, bins=bins, range=(0.0, 1.0))
     res = sps.chisquare(counts)
     stat = float(res.statistic)
     df = bins - 1
     power, pdetail = _power_detail(n, df, alpha, effect_w)
-    rough = "" if n >= 5 * bins else f"; expected {n / bins:.1f} per bin < 5, approximation rough"
-    detail = f"{bins} equal-width bins, counts {counts.tolist()}; effect is Cohen's w; {pdetail}"
+    fewer = "" if bins == asked else f" (not {asked}: {n} values keep 5 expected per bin)"
+    detail = (
+        f"{bins} equal-width bins{fewer}, counts {counts.tolist()}; effect is Cohen's w; {pdetail}"
+    )
     w = math.sqrt(stat / n)
-    return TestResult(name, stat, float(res.pvalue), alpha, n, df, power, w, detail + rough)
+    return TestResult(name, stat, float(res.pvalue), alpha, n, df, power, w, detail)
 
 
 def top_token_test(
@@ -209,8 +213,9 @@ def top_token_test(
     """How often the most probable token was emitted, against how often the logits imply.
 
     H0: token i is the top token with probability ``p_top[i]`` independently, so the count X is
-    Poisson-binomial with mean ``E = sum p`` and variance ``V = sum p (1 - p)``; two-sided
-    z-test ``z = (X - E) / sqrt(V)`` (normal approximation, good once V is a few units). Aimed at
+    Poisson-binomial with mean ``E = sum p`` and variance ``V = sum p (1 - p)``; the statistic
+    is ``z = (X - E) / sqrt(V)``, the p-value the exact two-sided Poisson-binomial one
+    (``min(1, 2 min(P[X <= x], P[X >= x]))``, `scipy.stats.poisson_binom`). Aimed at
     the commonest sampler bias, toward likely tokens (greedy-like acceptance), which the PIT
     spreads over its bins. ``effect`` is the observed excess rate ``(X - E) / n``; ``power`` is for
     every ``p_top`` raised by ``shift`` (capped at 1); ``detail`` gives the shift detectable
@@ -237,8 +242,15 @@ def top_token_test(
         f"power {power:.3f} for a shift of {shift:g} in its probability; "
         f"shift detectable with power 0.95: {mde:.4f}"
     )
-    p_value = float(2 * sps.norm.sf(abs(z)))
-    return TestResult(name, z, p_value, alpha, n, None, power, (x - mean) / n, detail)
+    return TestResult(
+        name, z, _poisson_binom_p(p, int(x)), alpha, n, None, power, (x - mean) / n, detail
+    )
+
+
+def _poisson_binom_p(p: FloatArray, x: int) -> float:
+    """Exact two-sided p-value of a count ``x`` of independent Bernoulli(p_i) successes."""
+    dist = sps.poisson_binom(p)
+    return min(1.0, 2.0 * min(float(dist.cdf(x)), float(dist.sf(x - 1))))
 
 
 def _decisions(
@@ -324,8 +336,7 @@ def acceptance_rate_test(
     if n == 0:
         return _not_enough(name, alpha, 0, "no draft token had 0 < p < q")
     x, mean = int(acc.sum()), float(prob.sum())
-    dist = sps.poisson_binom(prob)
-    p_value = min(1.0, 2.0 * min(float(dist.cdf(x)), float(dist.sf(x - 1))))
+    p_value = _poisson_binom_p(prob, x)
     sd = math.sqrt(float(np.sum(prob * (1.0 - prob))))
     z_crit = float(sps.norm.isf(alpha / 2))
     lam = float(np.minimum(shift, 1.0 - prob).sum()) / sd
