@@ -199,9 +199,7 @@ def test_a_llama_server_answer_becomes_a_generation(tiny_config, fake):
     }
 
 
-def test_placeholder_probabilities_of_speculative_tokens_are_recorded_as_missing(
-    tiny_config, fake
-):
+def test_placeholder_probabilities_of_speculative_tokens_are_recorded_as_missing(tiny_config, fake):
     """llama-server sends none (this build) or p = 1 for every candidate (newer builds,
     ggml-org/llama.cpp#27972) for the tokens of a speculative step; neither is evidence."""
     answer = _completion([5, 6, 7])
@@ -560,6 +558,20 @@ def test_flag_spellings_come_from_help(tmp_path, tiny_config, help_text, expecte
     baseline = llama_server_argv(str(binary), flags, tiny_config, speculative=False, slots=1)
     assert "--model-draft" not in baseline
     assert flags.version == "version: 1 (abc)"
+
+
+def test_concurrent_servers_share_the_cores(tmp_path, tiny_config, monkeypatch):
+    """With several slots both servers compute at once: each gets at most half the cores."""
+    binary = _script(tmp_path / "llama-server", f"print({NEW_HELP!r})\n")
+    flags = detect_flags(str(binary))
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    config = replace(tiny_config, n_threads=8)
+
+    def threads(slots: int, speculative: bool = False) -> str:
+        argv = llama_server_argv(str(binary), flags, config, speculative=speculative, slots=slots)
+        return argv[argv.index("-t") + 1]
+
+    assert (threads(1), threads(4), threads(4, speculative=True)) == ("8", "4", "4")
 
 
 def test_a_binary_that_is_not_llama_server_is_refused(tmp_path):

@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -138,8 +139,13 @@ def llama_server_argv(
 
     Both paths get the same context per slot, batch sizes, threads, flash-attention setting and
     seed; ``-c`` is ``n_ctx`` x ``slots`` because llama-server splits its context between slots.
+    With several slots both servers work at once on this machine, so each gets at most half the
+    cores: ggml's threads spin while they wait, and two 2-thread servers busy on 2 cores ran 10x
+    slower than one at a time (benchmarks/server_throughput.py).
     """
-    threads = str(config.n_threads)
+    half = max(1, (os.cpu_count() or 1) // 2)
+    n = config.n_threads if slots == 1 else min(config.n_threads, half)
+    threads = str(n)
     argv = [binary, "-m", config.target.path, "-c", str(config.n_ctx * slots)]
     argv += ["-np", str(slots), "-b", str(config.n_batch), "-ub", str(config.n_ubatch)]
     argv += ["-t", threads, "-tb", threads, "--seed", "1"]
