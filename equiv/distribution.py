@@ -70,7 +70,7 @@ def _chain(
             frequency_penalty=sampling.frequency_penalty,
             presence_penalty=sampling.presence_penalty,
         )
-    ids: Any = np.arange(row.shape[0])
+    ids: Any = None
     if 0 < sampling.top_k < row.shape[0]:
         # Only the top_k (ties at the boundary included) can survive the chain: run it on
         # those candidates, in ascending id order so that ties rank as over the full row.
@@ -85,7 +85,7 @@ def _chain(
         min_p=sampling.min_p,
         typical_p=sampling.typical_p,
     )
-    return ids, probs
+    return (np.arange(row.shape[0]) if ids is None else ids), probs
 
 
 def _pit(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
