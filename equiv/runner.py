@@ -6,6 +6,7 @@ The runner asks, records and compares; it computes no statistics and decides no 
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -201,8 +202,13 @@ class Runner:
             return self._run_item(item, prompt_tokens[item.prompt.key])
 
         # Each record is appended as soon as its prompt finishes (in completion order when
-        # several are in flight), so a crash or Ctrl-C loses no finished result.
-        finished = completed(run_item, todo, self.in_flight)
+        # several are in flight), so a crash or Ctrl-C loses no finished result. The first
+        # prompt and the determinism control run alone: a server's answer depends on what shares
+        # its batch, and the control asks whether the engine repeats itself, not that.
+        alone = 1 if not done and self.controls else 0
+        finished = itertools.chain(
+            completed(run_item, todo[:alone], 1), completed(run_item, todo[alone:], self.in_flight)
+        )
         for index, (item, record) in enumerate(finished):
             self.results.append_result(record)
             records.append(record)
@@ -321,12 +327,6 @@ class Runner:
             detail = (
                 "baseline repeated on the first prompt gave DIFFERENT tokens: the engine is "
                 "not deterministic, so differences cannot be blamed on speculative decoding"
-            )
-        if not ok and self.in_flight > 1:
-            detail += (
-                f" ({self.in_flight} prompts were in flight: a server batches concurrent "
-                "requests and its kernels are not batch-invariant, so an answer depends on what "
-                "shares its batch; rerun with --server-concurrency 1)"
             )
         self.results.append_event(
             {"event": "determinism", "ok": ok, "key": item.key, "detail": detail}

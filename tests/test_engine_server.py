@@ -348,13 +348,15 @@ def test_a_truncated_prompt_is_an_error(tiny_config, fake):
         _generate(_engine(tiny_config, fake.url))
 
 
-def _seed_runner(config: RunConfig, url: str, path: Path, concurrency: int) -> Runner:
+def _seed_runner(
+    config: RunConfig, url: str, path: Path, concurrency: int, controls: bool = False
+) -> Runner:
     """A sampling run over one prompt and eight seeds, through `load_factory` as the CLI does."""
     configure(ServerSettings(baseline_url=url, speculative_url=url, concurrency=concurrency))
     config = replace(
         config, mode=Mode.SAMPLING, sampling=SamplingConfig(temp=0.8), seeds=tuple(range(1, 9))
     )
-    return Runner(config, load_factory("server"), path, controls=False)
+    return Runner(config, load_factory("server"), path, controls=controls)
 
 
 SEED_PLAN = [Prompt("s", "p", text="a", max_tokens=1)]
@@ -370,6 +372,20 @@ def test_the_runner_keeps_up_to_the_concurrency_prompts_in_flight(tiny_config, f
     assert sorted(r["seed"] for r in results) == list(range(1, 9))
     assert all(r["baseline"]["tokens"] == [r["seed"]] for r in results)
     assert fake.max_in_flight == 3
+
+
+def test_the_first_prompt_and_the_determinism_control_run_alone(tiny_config, fake, tmp_path):
+    """Whether the engine repeats itself is asked with nothing else in its batch."""
+    fake.delay_s = 0.02
+    fake.script["/completion"] = [lambda body: _json(_completion([body["seed"]]))]
+    with _seed_runner(tiny_config, fake.url, tmp_path / "r.jsonl", 3, controls=True) as runner:
+        runner.run(plan(SEED_PLAN, runner.config))
+    seeds = [body["seed"] for path, body in fake.calls if path == "/completion"]
+    assert seeds[:3] == [1, 1, 1]  # baseline, speculative, the baseline again
+    assert sorted(seeds[3:]) == sorted([*range(2, 9), *range(2, 9)])
+    (event,) = [e for e in ResultsFile(tmp_path / "r.jsonl").records() if e["kind"] == "event"]
+    assert event["event"] == "determinism"
+    assert event["ok"] is True
 
 
 @pytest.mark.parametrize(
