@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -65,7 +65,10 @@ class TokenAlternatives:
 @dataclass(frozen=True)
 class DraftStep:
     """One drafting round: at output position ``pos`` the draft proposed ``drafted`` tokens and
-    the target kept ``accepted`` of them (``truncated`` when generation ended inside the round)."""
+    the target kept ``accepted`` of them (``truncated`` when generation ended inside the round).
+    ``pos == PER_REQUEST``: the counts of a whole request, from an engine that keeps no rounds."""
+
+    PER_REQUEST: ClassVar[int] = -1
 
     pos: int
     drafted: int

@@ -29,6 +29,7 @@ class SuiteSummary:
     speculative_decode_s: float = 0.0
     labels: Counter[str] = field(default_factory=Counter)
     rounds: int = 0
+    aggregated: bool = False  # some draft counts came per request, without rounds (servers)
     draft_s: float = 0.0
 
     @property
@@ -57,7 +58,8 @@ class SuiteSummary:
             if not step[3]:
                 self.drafted += step[1]
                 self.accepted += step[2]
-                self.rounds += step[1] > 0
+                self.rounds += step[0] >= 0 and step[1] > 0
+                self.aggregated |= step[0] < 0
         self.draft_s += record["speculative"].get("draft_s", 0.0)
         for path in ("baseline", "speculative"):
             gen = record[path]
@@ -67,15 +69,15 @@ class SuiteSummary:
 
     @property
     def mean_accepted(self) -> float | None:
-        """Accepted draft tokens per drafting round."""
-        return self.accepted / self.rounds if self.rounds else None
+        """Accepted draft tokens per drafting round (unknown where counts came per request)."""
+        return self.accepted / self.rounds if self.rounds and not self.aggregated else None
 
     @property
     def cost_ratio(self) -> float | None:
         """c: draft seconds per drafted token over target seconds per plain decoded token.
         Rounds that drafted nothing still cost a draft evaluation, so c is, if anything, high."""
-        if not self.drafted or not self.baseline_tps:
-            return None
+        if not self.drafted or not self.baseline_tps or not self.draft_s:
+            return None  # no drafting, or the engine did not time its draft model
         return (self.draft_s / self.drafted) * self.baseline_tps
 
     @property
@@ -83,7 +85,7 @@ class SuiteSummary:
         """Leviathan et al. (2023), eq. for the walltime improvement: (1 - a^(g+1)) /
         ((1 - a)(g c + 1)), with a the acceptance rate, g the mean drafted tokens per round."""
         a, c = self.acceptance, self.cost_ratio
-        if a is None or c is None or not self.rounds:
+        if a is None or c is None or not self.rounds or self.aggregated:
             return None
         g = self.drafted / self.rounds
         expected = g + 1 if a >= 1 else (1 - a ** (g + 1)) / (1 - a)

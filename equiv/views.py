@@ -54,14 +54,19 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
     table.add_row(*_row(summary.total), style="bold")
     console.print(table)
     t = summary.total
-    if t.predicted_speedup is not None and t.measured_speedup is not None:
-        console.print(
+    if t.measured_speedup is not None:
+        line = (
             f"speed: {t.baseline_tps:.1f} tok/s plain, {t.speculative_tps:.1f} tok/s speculative "
-            f"(measured {t.measured_speedup:.2f}x); {t.mean_accepted:.2f} draft tokens accepted "
-            f"per round, draft cost ratio c = {t.cost_ratio:.2f}, Leviathan et al. predict "
-            f"{t.predicted_speedup:.2f}x",
-            highlight=False,
+            f"(measured {t.measured_speedup:.2f}x)"
         )
+        if t.predicted_speedup is not None:
+            line += (
+                f"; {t.mean_accepted:.2f} draft tokens accepted per round, draft cost ratio "
+                f"c = {t.cost_ratio:.2f}, Leviathan et al. predict {t.predicted_speedup:.2f}x"
+            )
+        else:
+            line += "; the engine reports no drafting rounds or draft time, so no prediction"
+        console.print(line, highlight=False)
     for event in summary.events:
         mark = "[green]ok[/]" if event.get("ok") else "[red]FAILED[/]"
         console.print(f"control {event['event']}: {mark} - {event['detail']}", highlight=False)

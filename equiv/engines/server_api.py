@@ -15,7 +15,8 @@ Evidence recorded, and its limits:
   constant (the log of the partition function), so margins and rank order are exactly those of the
   logits; absolute values are not comparable with the in-process engine's.
 - Draft statistics are per request only (the server keeps no per-round record): they are recorded
-  as one aggregated ``DraftStep(pos=0, drafted=draft_n, accepted=draft_n_accepted)``.
+  as one aggregated ``DraftStep(pos=DraftStep.PER_REQUEST, drafted=draft_n,
+  accepted=draft_n_accepted)``: acceptance is known, rounds are not.
 - A probability of 0 (log-probability -inf, sent as ``null``) is recorded as ``-1e9``.
 - Tokens of a speculative step carry no probabilities on llama-server (see `_candidates`).
 """
@@ -194,7 +195,8 @@ def _timings(data: Mapping[str, Any]) -> tuple[float | None, float | None, tuple
     t_decode = timings.get("predicted_ms")
     steps: tuple[DraftStep, ...] = ()
     if "draft_n" in timings:
-        steps = (DraftStep(0, int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0))),)
+        drafted, accepted = int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0))
+        steps = (DraftStep(DraftStep.PER_REQUEST, drafted, accepted),)
     return (
         None if t_prompt is None else float(t_prompt) / 1000,
         None if t_decode is None else float(t_decode) / 1000,
