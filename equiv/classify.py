@@ -108,6 +108,28 @@ def _misconfiguration(differences: Sequence[str], outputs: str) -> Verdict:
     )
 
 
+def _without_rows(baseline: Generation, d: int, a: int, b: int, ev: dict[str, Any]) -> str:
+    """What the baseline's own top-k at the divergence says, when nothing else is known (a
+    server: no rows, no re-scoring, and no probabilities for speculative-step tokens)."""
+    why = "no logits rows and no re-scoring available"
+    alts = baseline.alternatives[d] if d < len(baseline.alternatives) else None
+    if alts is None or a not in alts.ids:
+        return why
+    if b not in alts.ids:
+        ev["baseline_gap"] = None
+        return (
+            f"{why}; the speculative token {b} is not among the baseline's top "
+            f"{len(alts.ids)} at token {d}: far from a tie"
+        )
+    gap = alts.logits[alts.ids.index(a)] - alts.logits[alts.ids.index(b)]
+    ev["baseline_gap"] = round(gap, 5)
+    return (
+        f"{why}; on the baseline's row at token {d} the speculative token {b} is "
+        f"{gap:.4f} below {a} (rank {alts.ids.index(b) + 1}): "
+        + ("a near-tie, as batching drift flips" if gap < 1.0 else "wider than drift usually is")
+    )
+
+
 def classify_temp0(
     record: Mapping[str, Any],
     baseline: Generation,
@@ -156,7 +178,7 @@ def classify_temp0(
                 "could not be re-scored to size the drift",
                 ev,
             )
-        return Verdict(Label.INCONCLUSIVE, "no logits rows and no re-scoring available", ev)
+        return Verdict(Label.INCONCLUSIVE, _without_rows(baseline, d, a, b, ev), ev)
     prefix = [*baseline.tokens[:d], a]
     # At temp 0 the baseline's own rows are the single-token re-scoring of this very prefix.
     if baseline.logits is not None and d < baseline.logits.shape[0]:

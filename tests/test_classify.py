@@ -2,10 +2,12 @@
 
 import pytest
 
+from equiv.classify import classify_temp0
+from equiv.compare import compare
 from equiv.config import RunConfig
 from equiv.engines import load_factory
 from equiv.prompts import load_suites
-from equiv.results import ResultsFile
+from equiv.results import Generation, ResultsFile, TokenAlternatives
 from equiv.runner import Runner, plan
 from equiv.verdict import Label, verdict_of
 
@@ -86,3 +88,34 @@ def test_a_smaller_context_on_one_path_is_a_misconfiguration(model_pair, tmp_pat
     header, records = _run(config, "llamacpp", tmp_path, ["code/fib_lt"])
     assert any("n_ctx: 2048 vs 1024" in d and "truncated" in d for d in header["differences"])
     assert verdict_of(records[0]).label is Label.MISCONFIGURATION
+
+
+def _served(tokens, alternatives):
+    """A generation as the server engine records it: top-k log-probabilities, no rows."""
+    return Generation(
+        path="baseline",
+        prompt_tokens=(1,),
+        tokens=tuple(tokens),
+        pieces=tuple(str(t) for t in tokens),
+        text="",
+        stop_reason="length",
+        alternatives=tuple(alternatives),
+        t_prompt_s=0.0,
+        t_decode_s=0.1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec_alt", "expected"),
+    [((9, 7), "is 0.0800 below 5 (rank 2): a near-tie"), ((9, 8), "not among the baseline's top")],
+)
+def test_without_rows_the_baseline_top_k_explains_a_divergence(spec_alt, expected):
+    row = TokenAlternatives(ids=(5, 7, 6), logits=(-0.5, -0.58, -3.0))
+    base = _served([4, 5], [TokenAlternatives((4, 1), (-0.1, -4.0)), row])
+    spec = _served(
+        [4, spec_alt[1]], [TokenAlternatives((4, 1), (-0.1, -4.0)), TokenAlternatives((), ())]
+    )
+    record = {"comparison": compare(base, spec).to_dict()}
+    verdict = classify_temp0(record, base, spec)
+    assert verdict.label is Label.INCONCLUSIVE  # the speculative row is unknown: no label
+    assert expected in verdict.reason
