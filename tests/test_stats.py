@@ -25,6 +25,7 @@ from equiv.stats import (
     min_detectable_w,
     pit_uniformity_test,
     randomized_pit,
+    top_token_test,
 )
 
 
@@ -278,3 +279,19 @@ def test_acceptance_rate_is_an_exact_poisson_binomial_test() -> None:
     assert acceptance_rate_test([1.0, 0.5, 0.0], [1, 1, 0], alpha=0.01).n == 1
     with pytest.raises(ValueError, match="differ in shape"):
         acceptance_rate_test([0.5, 0.5], [1], alpha=0.01)
+
+
+def test_top_token_p_value_is_the_exact_poisson_binomial_one() -> None:
+    p = [0.5] * 10
+    result = top_token_test([True] * 10, p, alpha=0.01)
+    assert result.p_value == pytest.approx(2 * 0.5**10)  # the normal approximation gives 0.0016
+    assert top_token_test([True] * 5 + [False] * 5, p, alpha=0.01).p_value == 1.0
+
+
+def test_pit_uses_fewer_bins_when_values_are_few() -> None:
+    rng = np.random.default_rng(4)
+    few = pit_uniformity_test(rng.random(30), alpha=0.01)
+    assert few.df == 5  # 6 bins keep 5 expected in each
+    assert "not 10: 30 values keep 5 expected per bin" in few.detail
+    assert pit_uniformity_test(rng.random(9), alpha=0.01).detail.startswith("not enough")
+    assert pit_uniformity_test(rng.random(500), alpha=0.01).df == 9
