@@ -121,11 +121,12 @@ def _without_rows(baseline: Generation, d: int, a: int, b: int, ev: dict[str, An
             f"{why}; the speculative token {b} is not among the baseline's top "
             f"{len(alts.ids)} at token {d}: far from a tie"
         )
-    gap = alts.logits[alts.ids.index(a)] - alts.logits[alts.ids.index(b)]
+    rank = alts.ids.index(b)
+    gap = alts.logits[alts.ids.index(a)] - alts.logits[rank]
     ev["baseline_gap"] = round(gap, 5)
     return (
         f"{why}; on the baseline's row at token {d} the speculative token {b} is "
-        f"{gap:.4f} below {a} (rank {alts.ids.index(b) + 1}): "
+        f"{gap:.4f} below {a} (rank {rank + 1}): "
         + ("a near-tie, as batching drift flips" if gap < 1.0 else "wider than drift usually is")
     )
 

@@ -29,7 +29,7 @@ __all__ = [
 APIS = ("auto", "llama", "openai")
 # A server batches concurrent requests together, and its kernels are not batch-invariant: the
 # same greedy request to llama-server gave different tokens with another request beside it
-# (measured, tests/test_engine_server_real.py). A bit-exact temp-0 comparison therefore sends one
+# (9 of 27 prompts, benchmarks/server_throughput.py). A bit-exact temp-0 comparison sends one
 # request at a time; sampling tests compare distributions and keep several in flight.
 AUTO_CONCURRENCY = {Mode.TEMP0: 1, Mode.SAMPLING: 4}
 _SERVER_OPTIONS = ("server_bin", "baseline_url", "speculative_url")
