@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from equiv.classify import classify_sampling
+from equiv.verdicts.classify import classify_sampling
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
-from equiv.distribution import analyze_prompt
+from equiv.verdicts.sampling_evidence import analyze_prompt
 from equiv.engines import load_factory
-from equiv.models import resolve_pair
+from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
-from equiv.runner import Runner, plan
-from equiv.verdict import Label
+from equiv.run.runner import Runner, plan
+from equiv.verdicts.labels import Label
 
 ENGINES = [
     "reference:greedy",

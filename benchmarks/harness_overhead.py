@@ -23,9 +23,9 @@ import llama_cpp
 
 from equiv.config import RunConfig
 from equiv.engines.llamacpp import LlamaCppEngine, make_engine
-from equiv.models import resolve_pair
+from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
-from equiv.runner import Runner, plan
+from equiv.run.runner import Runner, plan
 
 
 def plain_generate(engine: LlamaCppEngine, tokens: list[int], n: int) -> int:

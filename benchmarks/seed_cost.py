@@ -14,9 +14,9 @@ import argparse
 import time
 
 from equiv.config import Mode, RunConfig, SamplingConfig
-from equiv.distribution import chain_pit
+from equiv.verdicts.sampling_evidence import chain_pit
 from equiv.engines.llamacpp import LlamaCppEngine
-from equiv.models import resolve_pair
+from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 
 

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.server import ServerEngine
-from equiv.engines.server_settings import ServerSettings, configure
-from equiv.inflight import completed
-from equiv.models import resolve_pair
+from equiv.engines.server.engine import ServerEngine
+from equiv.engines.server.settings import ServerSettings, configure
+from equiv.run.inflight import completed
+from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
-from equiv.results import ResultsFile
-from equiv.runner import Runner, plan
+from equiv.records import ResultsFile
+from equiv.run.runner import Runner, plan
 
 PROMPTS = ["code/fib_lt", "chat/capital_france", "chat/haiku_autumn", "reasoning/add_two_digit"]
 

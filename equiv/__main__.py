@@ -2,6 +2,6 @@
 
 import sys
 
-from equiv.cli import main
+from equiv.cli.main import main
 
 sys.exit(main())

@@ -24,7 +24,7 @@ from equiv.config import (
 from equiv.errors import ConfigError
 
 if TYPE_CHECKING:
-    from equiv.models import ModelPair
+    from equiv.models.pair import ModelPair
 
 __all__ = [
     "PLUGIN_OPTIONS",
@@ -153,7 +153,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default="llamacpp",
         metavar="ENGINE",
     ),
-    # -- the server engine (equiv.engines.server) -------------------------------------------
+    # -- the server engine (equiv.engines.server.engine) -------------------------------------------
     Option("server-bin", "--engine server: start llama-server from this binary", metavar="PATH"),
     Option("baseline-url", "--engine server: a running server for the baseline", metavar="URL"),
     Option(
@@ -264,7 +264,7 @@ def _split_list(value: Any) -> list[str]:
 def build_config(values: Mapping[str, Any]) -> tuple[RunConfig, ModelPair]:
     """A `RunConfig` from merged option values; resolves (and if needed derives) the models."""
     v = merge_toml(values)
-    from equiv.models import resolve_pair  # reads GGUF files: only when a run is configured
+    from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
 
     pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"])
     try:

@@ -99,7 +99,7 @@ def make_gguf(tmp_path: Path) -> MakeGGUF:
 @pytest.fixture(scope="session")
 def model_pair() -> Any:
     """The bundled Gemma 3 270M Q4_K_M target and its derived Q4_0 draft (built once, cached)."""
-    from equiv.models import resolve_pair
+    from equiv.models.pair import resolve_pair
 
     return resolve_pair()
 

@@ -1,4 +1,4 @@
-"""Tests for equiv.acceptance: exact one-step output distributions of acceptance rules."""
+"""Tests for equiv.engines.acceptance_rules: exact one-step output distributions of acceptance rules."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from equiv.acceptance import (
+from equiv.engines.acceptance_rules import (
     Rule,
     accept_probability,
     output_distribution,
@@ -15,8 +15,8 @@ from equiv.acceptance import (
     total_variation,
 )
 from equiv.errors import ConfigError
-from equiv.sampling import pit_position
-from equiv.stats import pit_uniformity_test, randomized_pit
+from equiv.verdicts.chain import pit_position
+from equiv.verdicts.stats import pit_uniformity_test, randomized_pit
 
 
 @st.composite

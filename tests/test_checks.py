@@ -1,10 +1,10 @@
-"""equiv.checks: the fail/warn policy, the session-level problems, plain-data round trips."""
+"""equiv.pytest.session: the fail/warn policy, the session-level problems, plain-data round trips."""
 
 import pytest
 
-from equiv.checks import Check, Policy, describe, problems
+from equiv.pytest.session import Check, Policy, describe, problems
 from equiv.errors import ConfigError
-from equiv.verdict import Label, Verdict
+from equiv.verdicts.labels import Label, Verdict
 
 EQ = Verdict(Label.EQUIVALENT, "token IDs identical")
 DRIFT = Verdict(Label.NUMERIC_DRIFT, "near tie", {"margin": 0.01, "rows": [1, 2]})

@@ -2,14 +2,14 @@
 
 import pytest
 
-from equiv.classify import classify_temp0
-from equiv.compare import compare
+from equiv.verdicts.classify import classify_temp0
+from equiv.verdicts.compare import compare
 from equiv.config import RunConfig
 from equiv.engines import load_factory
 from equiv.prompts import load_suites
-from equiv.results import Generation, ResultsFile, TokenAlternatives
-from equiv.runner import Runner, plan
-from equiv.verdict import Label, verdict_of
+from equiv.records import Generation, ResultsFile, TokenAlternatives
+from equiv.run.runner import Runner, plan
+from equiv.verdicts.labels import Label, verdict_of
 
 pytestmark = pytest.mark.model
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from equiv.cli import main
+from equiv.cli.main import main
 
 
 def _run(capsys, *argv):

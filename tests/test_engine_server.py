@@ -16,23 +16,23 @@ from typing import Any
 
 import pytest
 
-from equiv.classify import fingerprint_differences
-from equiv.cli import main
+from equiv.verdicts.classify import fingerprint_differences
+from equiv.cli.main import main
 from equiv.config import Mode, ModelSpec, RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.server import ServerEngine, servers_header
-from equiv.engines.server_api import parse_llama, parse_openai, piece_id
-from equiv.engines.server_process import (
+from equiv.engines.server.engine import ServerEngine, servers_header
+from equiv.engines.server.api import parse_llama, parse_openai, piece_id
+from equiv.engines.server.process import (
     ServerProcess,
     detect_flags,
     free_port,
     llama_server_argv,
 )
-from equiv.engines.server_settings import ServerSettings, configure, configure_from_options
+from equiv.engines.server.settings import ServerSettings, configure, configure_from_options
 from equiv.errors import ConfigError, EngineError
 from equiv.prompts import Prompt
-from equiv.results import ResultsFile
-from equiv.runner import Runner, plan
+from equiv.records import ResultsFile
+from equiv.run.runner import Runner, plan
 
 Reply = tuple[int, str, bytes]  # status, content type, body
 

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from equiv.classify import fingerprint_differences
+from equiv.verdicts.classify import fingerprint_differences
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.server import ServerEngine
-from equiv.engines.server_settings import ServerSettings, configure
+from equiv.engines.server.engine import ServerEngine
+from equiv.engines.server.settings import ServerSettings, configure
 from equiv.errors import EngineError
-from equiv.models import cache_dir
+from equiv.models.pair import cache_dir
 from equiv.prompts import Prompt, load_suites
-from equiv.results import ResultsFile
-from equiv.runner import Runner, plan
+from equiv.records import ResultsFile
+from equiv.run.runner import Runner, plan
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 

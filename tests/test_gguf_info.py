@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from equiv.errors import ModelError, VocabMismatchError
-from equiv.gguf_info import (
+from equiv.models.gguf import (
     SPEC_VOCAB_CHECK_START_TOKEN_ID,
     SPEC_VOCAB_MAX_SIZE_DIFFERENCE,
     GGUFInfo,

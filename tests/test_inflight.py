@@ -1,4 +1,4 @@
-"""`equiv.inflight.completed`: bounded concurrency, answers as they finish, failures drained."""
+"""`equiv.run.inflight.completed`: bounded concurrency, answers as they finish, failures drained."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from equiv.inflight import completed
+from equiv.run.inflight import completed
 
 
 class Counter:

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from equiv.errors import ConfigError
-from equiv.results import DraftStep, Generation, ResultsFile, TokenAlternatives
+from equiv.records import DraftStep, Generation, ResultsFile, TokenAlternatives
 
 
 def _generation() -> Generation:

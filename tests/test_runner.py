@@ -6,8 +6,8 @@ from equiv.config import ModelSpec, RunConfig
 from equiv.engines.llamacpp import make_engine
 from equiv.errors import ConfigError, PromptError
 from equiv.prompts import load_suites
-from equiv.results import ResultsFile
-from equiv.runner import SELF_DRAFT_MIN_ACCEPTANCE, Runner, plan
+from equiv.records import ResultsFile
+from equiv.run.runner import SELF_DRAFT_MIN_ACCEPTANCE, Runner, plan
 
 pytestmark = pytest.mark.model
 

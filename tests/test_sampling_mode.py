@@ -5,9 +5,9 @@ import pytest
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.prompts import load_suites
-from equiv.results import ResultsFile
-from equiv.runner import Runner, plan
-from equiv.verdict import Label, verdict_of
+from equiv.records import ResultsFile
+from equiv.run.runner import Runner, plan
+from equiv.verdicts.labels import Label, verdict_of
 
 pytestmark = pytest.mark.model
 

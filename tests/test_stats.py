@@ -1,4 +1,4 @@
-"""Tests for equiv.stats: the distribution tests, their power, and drift metrics."""
+"""Tests for equiv.verdicts.stats: the distribution tests, their power, and drift metrics."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from equiv.errors import ConfigError
-from equiv.sampling import pit_position
-from equiv.stats import (
+from equiv.verdicts.chain import pit_position
+from equiv.verdicts.stats import (
     DriftMetrics,
     TestResult,
     acceptance_rate_test,

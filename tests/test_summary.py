@@ -1,6 +1,6 @@
 """Run-level figures: acceptance, rounds, and Leviathan et al.'s prediction only where known."""
 
-from equiv.summary import summarize
+from equiv.verdicts.summary import summarize
 
 
 def _record(steps, draft_s):

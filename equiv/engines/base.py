@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 from equiv.config import RunConfig, SamplingConfig
 from equiv.errors import ConfigError
 from equiv.prompts import Prompt
-from equiv.results import Generation
+from equiv.records import Generation
 
 __all__ = ["Capabilities", "Engine", "EngineFactory", "load_factory"]
 
@@ -29,10 +29,10 @@ class Capabilities:
     deterministic_seed: the same seed gives the same output.
     rescoring: it can score a given token sequence (teacher forcing).
     token_ids: tokens are real token IDs; False when a server returns only their text, so tokens
-        are compared by text (stand-in IDs, see `equiv.engines.server_api.piece_id`).
+        are compared by text (stand-in IDs, see `equiv.engines.server.api.piece_id`).
     judgements: the speculative path verifies drafts by rejection sampling (accept with
         probability min(1, p/q)) and reports every judged draft token with the draft's row
-        (`equiv.results.Judgement`), so each stage of its sampler can be tested on its own.
+        (`equiv.records.Judgement`), so each stage of its sampler can be tested on its own.
     """
 
     full_logits: bool
@@ -96,7 +96,7 @@ def load_factory(spec: str) -> EngineFactory:
 
         return make_engine
     if spec == "server":
-        from equiv.engines.server import make_engine as server_factory
+        from equiv.engines.server.engine import make_engine as server_factory
 
         return server_factory
     if spec == "reference" or spec.startswith("reference:"):

@@ -27,9 +27,9 @@ from llama_cpp.llama_speculative import LlamaDraftModel
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.errors import EngineError, ModelError
-from equiv.gguf_info import read_gguf_info
+from equiv.models.gguf import read_gguf_info
 from equiv.prompts import Prompt
-from equiv.results import DraftStep, Generation, Judgement, TokenAlternatives
+from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
 
 __all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine", "quiet_stderr"]
 

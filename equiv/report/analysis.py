@@ -15,8 +15,8 @@ from markupsafe import Markup
 
 from equiv.report.header import fmt
 from equiv.report.svg import grouped_chart
-from equiv.report.view import PromptView, evidence_rows, number, record_verdict
-from equiv.verdict import Label, Verdict
+from equiv.report.prompt_view import PromptView, evidence_rows, number, record_verdict
+from equiv.verdicts.labels import Label, Verdict
 
 __all__ = ["MAX_EXAMPLES", "AnalysisView", "TestView", "analysis_view", "sampling_verdict"]
 

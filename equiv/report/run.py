@@ -1,5 +1,5 @@
 """The whole run as the report shows it, from the results file alone: the conclusion and label
-counts, per-suite figures (`equiv.summary.summarize`), controls, configuration, every prompt and
+counts, per-suite figures (`equiv.verdicts.summary.summarize`), controls, configuration, every prompt and
 analysis, and the overview charts. Computes nothing new.
 """
 
@@ -17,9 +17,9 @@ from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sam
 from equiv.report.header import Environment, environment, fmt
 from equiv.report.redact import NOTE, make_redactor
 from equiv.report.svg import Bar, Strip, bar_chart, strip_chart
-from equiv.report.view import LABELS, PromptView, prompt_view, token_texts
-from equiv.results import ResultsFile
-from equiv.summary import SuiteSummary, summarize
+from equiv.report.prompt_view import LABELS, PromptView, prompt_view, token_texts
+from equiv.records import ResultsFile
+from equiv.verdicts.summary import SuiteSummary, summarize
 
 __all__ = ["RunView", "SuiteRow", "load_run"]
 

@@ -16,7 +16,7 @@ import numpy  # noqa: F401
 import pytest
 import scipy.stats  # noqa: F401
 
-from equiv.plugin import ENGINE_OPTION, MAX_TOKENS_OPTION, SUITE_OPTION, option_name
+from equiv.pytest.plugin import ENGINE_OPTION, MAX_TOKENS_OPTION, SUITE_OPTION, option_name
 
 # Read before pytester points HOME at its own directory.
 REAL_CACHE = os.environ.get("EQUIV_CACHE") or str(Path.home() / ".cache" / "equiv")

@@ -22,7 +22,7 @@ import numpy as np
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.prompts import Prompt
-from equiv.results import DraftStep, Generation, TokenAlternatives
+from equiv.records import DraftStep, Generation, TokenAlternatives
 
 VOCAB = 16
 AT = 2  # where the paths part

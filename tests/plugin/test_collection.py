@@ -1,6 +1,6 @@
 """Items: one per prompt x mode, readable ids under the virtual node ``equiv``."""
 
-from equiv.plugin import PROMPT_OPTION
+from equiv.pytest.plugin import PROMPT_OPTION
 
 pytest_plugins = ["pytester"]
 

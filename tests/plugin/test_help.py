@@ -2,7 +2,7 @@
 
 import pytest
 
-from equiv import plugin
+from equiv.pytest import plugin
 from equiv.options import PLUGIN_OPTIONS, RUN_OPTIONS
 
 pytest_plugins = ["pytester"]

@@ -2,7 +2,7 @@
 
 pytest_plugins = ["pytester"]
 
-HEAVY = ("llama_cpp", "equiv.runner", "equiv.checks", "equiv.engines.llamacpp")
+HEAVY = ("llama_cpp", "equiv.run.runner", "equiv.pytest.session", "equiv.engines.llamacpp")
 
 
 def test_inert_without_options(pytester):

@@ -2,7 +2,7 @@
 
 import xml.etree.ElementTree as ET
 
-from equiv.plugin import FAIL_ON_OPTION
+from equiv.pytest.plugin import FAIL_ON_OPTION
 
 pytest_plugins = ["pytester"]
 

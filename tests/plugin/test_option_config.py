@@ -1,7 +1,7 @@
 """Values from [tool.equiv], --equiv-config, the ini file and the command line, in that order of
 increasing precedence."""
 
-from equiv.plugin import CONFIG_OPTION, MAX_TOKENS_OPTION, REPORT_OPTION, ini_name
+from equiv.pytest.plugin import CONFIG_OPTION, MAX_TOKENS_OPTION, REPORT_OPTION, ini_name
 
 pytest_plugins = ["pytester"]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from equiv.plugin import FAIL_ON_OPTION, ini_name
+from equiv.pytest.plugin import FAIL_ON_OPTION, ini_name
 
 pytest_plugins = ["pytester"]
 

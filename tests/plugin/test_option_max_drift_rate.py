@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from equiv.plugin import FAIL_ON_OPTION, MAX_DRIFT_RATE_OPTION
+from equiv.pytest.plugin import FAIL_ON_OPTION, MAX_DRIFT_RATE_OPTION
 
 pytest_plugins = ["pytester"]
 

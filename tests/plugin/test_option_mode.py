@@ -1,6 +1,6 @@
 """--equiv-mode: temp0, sampling, or both, on models loaded once."""
 
-from equiv.plugin import MODE_BOTH, MODE_OPTION, REPORT_OPTION, ini_name, option_name
+from equiv.pytest.plugin import MODE_BOTH, MODE_OPTION, REPORT_OPTION, ini_name, option_name
 
 pytest_plugins = ["pytester"]
 

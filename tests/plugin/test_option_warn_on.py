@@ -2,7 +2,7 @@
 
 import pytest
 
-from equiv.plugin import FAIL_ON_OPTION, WARN_ON_OPTION
+from equiv.pytest.plugin import FAIL_ON_OPTION, WARN_ON_OPTION
 
 pytest_plugins = ["pytester"]
 
@@ -15,7 +15,7 @@ def test_warned_labels_pass_with_a_warning_and_say_so(project):
         WARN_ON_OPTION,
         project.NOT_EQUIVALENT,
         "-W",  # this session runs with filterwarnings = error, which would make it fail
-        "always::equiv.plugin.EquivWarning",
+        "always::equiv.pytest.plugin.EquivWarning",
     )
     assert result.ret == pytest.ExitCode.OK
     label = project.label(project.calls(result)["equiv::s/bug::temp0"])

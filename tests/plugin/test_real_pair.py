@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from equiv.plugin import ENGINE_OPTION, MAX_TOKENS_OPTION, PROMPT_OPTION, REPORT_OPTION
+from equiv.pytest.plugin import ENGINE_OPTION, MAX_TOKENS_OPTION, PROMPT_OPTION, REPORT_OPTION
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.model

@@ -2,7 +2,7 @@
 
 import pytest
 
-from equiv.plugin import FAIL_ON_OPTION, REPORT_OPTION
+from equiv.pytest.plugin import FAIL_ON_OPTION, REPORT_OPTION
 
 pytest_plugins = ["pytester"]
 

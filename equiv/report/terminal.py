@@ -7,8 +7,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from equiv.summary import SuiteSummary, Summary
-from equiv.verdict import Label
+from equiv.verdicts.summary import SuiteSummary, Summary
+from equiv.verdicts.labels import Label
 
 __all__ = ["print_summary", "print_sweep"]
 

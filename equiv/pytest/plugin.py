@@ -28,7 +28,7 @@ import pytest
 from _pytest import junitxml  # xml_key: pytest's own handle on the --junitxml writer
 
 if TYPE_CHECKING:
-    from equiv.checks import Check, CheckSession, Policy
+    from equiv.pytest.session import Check, CheckSession, Policy
     from equiv.options import Option
     from equiv.prompts import Prompt
 
@@ -132,10 +132,10 @@ def _tool_equiv(rootpath: Path) -> str | None:
 
 
 def _read_settings(config: pytest.Config) -> _Settings:
-    from equiv.checks import Policy
+    from equiv.pytest.session import Policy
     from equiv.errors import EquivError
     from equiv.options import merge_toml
-    from equiv.verdict import Label
+    from equiv.verdicts.labels import Label
 
     values = {opt.dest: _value(config, opt) for opt in _options()}
     here = config.invocation_params.dir
@@ -184,7 +184,7 @@ class _State:
     def session(self) -> CheckSession:
         """Created on the first check; it loads the models on its first run."""
         if self._session is None:
-            from equiv.checks import CheckSession
+            from equiv.pytest.session import CheckSession
 
             argv = ["pytest", *self.config.invocation_params.args]
             self._session = CheckSession(self.settings.values, self.settings.policy, argv=argv)
@@ -217,7 +217,7 @@ class EquivSuite(pytest.Collector):
     """The virtual node ``equiv`` that holds the suite's items."""
 
     def collect(self) -> list[pytest.Item | pytest.Collector]:
-        from equiv.cli import select_prompts
+        from equiv.cli.main import select_prompts
 
         state = self.config.stash[_STATE]
         s = state.settings
@@ -242,7 +242,7 @@ class EquivItem(pytest.Item):
         self.add_marker("equiv")
 
     def runtest(self) -> None:
-        from equiv.checks import divergence_line
+        from equiv.pytest.session import divergence_line
 
         state = self.config.stash[_STATE]
         check = state.session.check(self.mode, self.prompt)
@@ -369,7 +369,7 @@ class _Reporter:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if data := getattr(report, _CHECKS_ATTR, None):
-            from equiv.checks import Check
+            from equiv.pytest.session import Check
 
             self.checks.extend(Check.from_dict(c) for c in data)
 
@@ -377,7 +377,7 @@ class _Reporter:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.checks:
             return
-        from equiv.checks import problems, write_results
+        from equiv.pytest.session import problems, write_results
 
         s = self.state.settings
         self.problems = problems(self.checks, s.policy)
@@ -395,7 +395,7 @@ class _Reporter:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.checks:
-            from equiv.checks import summary_lines
+            from equiv.pytest.session import summary_lines
 
             terminalreporter.write_sep("=", "equiv")
             for line in summary_lines(self.checks):

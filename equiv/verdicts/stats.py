@@ -156,7 +156,7 @@ def randomized_pit(
 ) -> FloatArray:
     """Randomised probability integral transform of discrete draws: ``u = F(x-) + V * P(x)``.
 
-    ``mass_before`` and ``p_token`` come from `equiv.sampling.pit_position`; ``V ~ U(0, 1)``
+    ``mass_before`` and ``p_token`` come from `equiv.verdicts.chain.pit_position`; ``V ~ U(0, 1)``
     independent. Under H0 "each token is a draw from its stated distribution" every ``u`` is
     exactly U(0, 1) and independent of the others (Brockwell 2007, *Stat. Probab. Lett.* 77;
     Czado, Gneiting & Held 2009, *Biometrics* 65). With tokens ranked by probability descending,

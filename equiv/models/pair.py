@@ -19,7 +19,7 @@ from typing import Any
 
 from equiv.config import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS, ModelSpec
 from equiv.errors import ConfigError, ModelError
-from equiv.gguf_info import VocabReport, read_gguf_info, require_vocab_compat
+from equiv.models.gguf import VocabReport, read_gguf_info, require_vocab_compat
 
 __all__ = [
     "DEFAULT_DRAFT_QUANT",

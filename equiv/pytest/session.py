@@ -23,8 +23,8 @@ from typing import Any
 
 from equiv.errors import ConfigError, EquivError
 from equiv.prompts import Prompt
-from equiv.runner import Runner, plan
-from equiv.verdict import Label, Verdict, verdict_of
+from equiv.run.runner import Runner, plan
+from equiv.verdicts.labels import Label, Verdict, verdict_of
 
 __all__ = [
     "Check",
@@ -206,8 +206,8 @@ class CheckSession:
         config, pair = build_config({**self.values, "mode": mode})
         factory: Any = load_factory(config.engine)
         if self._engines is None:
-            if importlib.util.find_spec("equiv.engines.server") is not None:
-                server = importlib.import_module("equiv.engines.server")
+            if importlib.util.find_spec("equiv.engines.server.engine") is not None:
+                server = importlib.import_module("equiv.engines.server.engine")
                 configure = getattr(server, "configure_from_options", None)
                 if configure is not None:  # the server engine reads its options as `equiv run`
                     configure(merge_toml(self.values), engine=config.engine, log_dir=self._tmp)
@@ -287,7 +287,7 @@ def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
 def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
     """One results file per mode (``out/results.jsonl``, or ``out/<mode>/`` for two modes),
     with ``report.html`` beside it when `equiv.report` is installed; the files written."""
-    from equiv.results import ResultsFile
+    from equiv.records import ResultsFile
 
     by_mode: dict[str, list[Check]] = {}
     for c in checks:
@@ -315,7 +315,7 @@ def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
 
 def summary_lines(checks: Sequence[Check]) -> list[str]:
     """The session's end in a few lines: label counts, controls, each mode's conclusion."""
-    from equiv.summary import summarize
+    from equiv.verdicts.summary import summarize
 
     counts = Counter(c.label.value for c in checks)
     lines = ["labels: " + ", ".join(f"{n} {label}" for label, n in counts.items())]

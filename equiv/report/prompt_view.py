@@ -1,5 +1,5 @@
 """One frozen view per result record (a prompt x mode x seed), read from the results file.
-Computes nothing new: labels come from `equiv.verdict.verdict_of`, differences from the opcodes
+Computes nothing new: labels come from `equiv.verdicts.labels.verdict_of`, differences from the opcodes
 and divergence the run stored, token text from the pieces the run emitted.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from equiv.report.diff import Segment, segments
 from equiv.report.header import fmt
-from equiv.verdict import Label, Verdict, verdict_of
+from equiv.verdicts.labels import Label, Verdict, verdict_of
 
 __all__ = [
     "LABELS",

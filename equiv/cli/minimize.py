@@ -174,11 +174,11 @@ def minimize_file(
     out: str | Path | None = None,
 ) -> MinimizeResult:
     """Minimize the prompt of ``key`` in a results file with the run's own configuration."""
-    from equiv.compare import compare
+    from equiv.verdicts.compare import compare
     from equiv.config import Mode, RunConfig
     from equiv.engines import load_factory
     from equiv.prompts import Prompt
-    from equiv.results import ResultsFile
+    from equiv.records import ResultsFile
 
     if max_tests < 1:
         raise ConfigError(f"--max-tests {max_tests}: give a count >= 1 (e.g. 60)")

@@ -21,7 +21,7 @@ in one batch (B), as plain decoding and draft verification evaluate it:
   d): a near-tie;
 - ``inconclusive`` when neither rows nor re-scoring are available.
 
-Temperature > 0 from the tests of `equiv.distribution` (Holm-adjusted within the prompt at the
+Temperature > 0 from the tests of `equiv.verdicts.sampling_evidence` (Holm-adjusted within the prompt at the
 prompt's share alpha/P of the run's level):
 
 - ``sampler-bug`` if a sampler-consistency test (randomized PIT, or the top-token count) rejects
@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from equiv.results import Generation
-from equiv.stats import min_detectable_w
-from equiv.verdict import Label, Verdict
+from equiv.records import Generation
+from equiv.verdicts.stats import min_detectable_w
+from equiv.verdicts.labels import Label, Verdict
 
 __all__ = [
     "KL_NOT_TARGET",

@@ -33,8 +33,8 @@ from typing import Any
 
 from equiv.config import DraftConfig, SamplingConfig
 from equiv.errors import ConfigError, EngineError
-from equiv.gguf_info import GGUFInfo
-from equiv.results import DraftStep, TokenAlternatives
+from equiv.models.gguf import GGUFInfo
+from equiv.records import DraftStep, TokenAlternatives
 
 __all__ = [
     "LLAMA_SAMPLERS",

@@ -110,7 +110,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     sweep = values.get("sweep_draft_max")
     if not sweep:
         return _run_once(values, argv, _results_dir(args.out, args.resume), args.resume)[0]
-    from equiv.views import print_sweep
+    from equiv.report.terminal import print_sweep
 
     base = _results_dir(args.out, args.resume)
     rows = []
@@ -145,12 +145,12 @@ def _run_once(
     from rich.console import Console
 
     from equiv.engines import load_factory
-    from equiv.engines.server import configure_from_options, servers_header
-    from equiv.progress import Progress
+    from equiv.engines.server.engine import configure_from_options, servers_header
+    from equiv.cli.progress import Progress
     from equiv.report import write_report
-    from equiv.runner import Runner, plan
-    from equiv.summary import summarize_file
-    from equiv.views import print_summary
+    from equiv.run.runner import Runner, plan
+    from equiv.verdicts.summary import summarize_file
+    from equiv.report.terminal import print_summary
 
     console = Console(stderr=True)
     config, pair = build_config(values)
@@ -203,7 +203,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_draft(args: argparse.Namespace) -> int:
-    from equiv.gguf_info import check_vocab_compat
+    from equiv.models.gguf import check_vocab_compat
 
     report = check_vocab_compat(args.target, args.draft)
     verdict = "compatible" if report.compatible else "NOT compatible"
@@ -216,7 +216,7 @@ def _cmd_check_draft(args: argparse.Namespace) -> int:
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
-    from equiv import diagnose
+    from equiv.cli import diagnose
 
     cmd = diagnose.parse_command(args.llama)
     mapping = diagnose.map_to_run(cmd)
@@ -237,7 +237,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cmd_minimize(args: argparse.Namespace) -> int:
-    from equiv.minimize import minimize_file
+    from equiv.cli.minimize import minimize_file
 
     result = minimize_file(args.results, args.key, max_tests=args.max_tests, out=args.out)
     print("\n".join(result.lines()))

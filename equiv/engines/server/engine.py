@@ -5,9 +5,9 @@
   (``/tokenize``, ``/apply-template`` for chats); ``/props`` and ``/v1/models`` fingerprint it and
   catch a server whose model or context is not the configured one. equiv starts both servers
   (``--server-bin``) or uses running ones (``--baseline-url``/``--speculative-url``; settings in
-  `equiv.engines.server_settings`).
+  `equiv.engines.server.settings`).
 - any OpenAI-compatible server (``api="openai"``: vLLM, SGLang): ``/v1/completions`` with
-  ``logprobs``. `Capabilities` says what HTTP cannot give (`equiv.engines.server_api` has details).
+  ``logprobs``. `Capabilities` says what HTTP cannot give (`equiv.engines.server.api` has details).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
-from equiv.engines.server_api import (
+from equiv.engines.server.api import (
     Parsed,
     check_served_model,
     llama_body,
@@ -29,24 +29,24 @@ from equiv.engines.server_api import (
     parse_llama,
     parse_openai,
 )
-from equiv.engines.server_http import HttpStatusError, JsonClient, normalize_url
-from equiv.engines.server_process import (
+from equiv.engines.server.http import HttpStatusError, JsonClient, normalize_url
+from equiv.engines.server.process import (
     ServerProcess,
     detect_flags,
     llama_server_argv,
     log_tail,
     split_draft,
 )
-from equiv.engines.server_settings import (
+from equiv.engines.server.settings import (
     ServerSettings,
     configure,
     configure_from_options,
     current_settings,
 )
 from equiv.errors import ConfigError, EngineError
-from equiv.gguf_info import read_gguf_info
+from equiv.models.gguf import read_gguf_info
 from equiv.prompts import Prompt
-from equiv.results import Generation
+from equiv.records import Generation
 
 __all__ = [
     "ServerEngine",

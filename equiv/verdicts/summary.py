@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from equiv.classify import run_verdict
-from equiv.verdict import Label, verdict_of
+from equiv.verdicts.classify import run_verdict
+from equiv.verdicts.labels import Label, verdict_of
 
 __all__ = ["SuiteSummary", "Summary", "summarize", "summarize_file"]
 

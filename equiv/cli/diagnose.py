@@ -235,7 +235,7 @@ def findings(cmd: LlamaCommand, *, vocab_check: Callable[..., Any] | None = None
         )
     target, draft = cmd.get("model"), cmd.get("model_draft")
     if target and draft and Path(target).is_file() and Path(draft).is_file():
-        from equiv.gguf_info import check_vocab_compat
+        from equiv.models.gguf import check_vocab_compat
 
         report = (vocab_check or check_vocab_compat)(target, draft, with_sha256=False)
         if not report.compatible:
@@ -364,12 +364,12 @@ def execute(
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run temp 0 and (if the user samples) the user's temperature; echo the verdict."""
-    from equiv.cli import select_prompts
+    from equiv.cli.main import select_prompts
     from equiv.engines import load_factory
     from equiv.options import build_config, merge_toml
-    from equiv.results import ResultsFile
-    from equiv.runner import Runner, plan
-    from equiv.summary import summarize_file
+    from equiv.records import ResultsFile
+    from equiv.run.runner import Runner, plan
+    from equiv.verdicts.summary import summarize_file
 
     values = {"temp": mapping.user_temp, **mapping.values, "prompt": list(prompts)}
     values["max_tokens"] = max_tokens

@@ -34,9 +34,9 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.config import SamplingConfig
-from equiv.results import Judgement
-from equiv.sampling import apply_penalties, chain_probs, pit_position
-from equiv.stats import (
+from equiv.records import Judgement
+from equiv.verdicts.chain import apply_penalties, chain_probs, pit_position
+from equiv.verdicts.stats import (
     TestResult,
     acceptance_rate_test,
     chi2_two_sample,

@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from equiv import __version__
-from equiv.classify import classify_sampling, classify_temp0, fingerprint_differences
-from equiv.compare import compare
+from equiv.verdicts.classify import classify_sampling, classify_temp0, fingerprint_differences
+from equiv.verdicts.compare import compare
 from equiv.config import Mode, RunConfig
-from equiv.distribution import analyze_prompt, chain_pit, judgement_evidence
+from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
 from equiv.engines.base import Engine, EngineFactory
 from equiv.errors import ConfigError, PromptError
-from equiv.inflight import completed
+from equiv.run.inflight import completed
 from equiv.prompts import Prompt
-from equiv.results import ResultsFile
-from equiv.stats import drift_metrics
-from equiv.summary import summarize
+from equiv.records import ResultsFile
+from equiv.verdicts.stats import drift_metrics
+from equiv.verdicts.summary import summarize
 
 __all__ = [
     "SELF_DRAFT_MIN_ACCEPTANCE",

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from equiv.config import RunConfig
 from equiv.errors import ConfigError, EngineError
-from equiv.gguf_info import read_gguf_info
+from equiv.models.gguf import read_gguf_info
 
 __all__ = [
     "ServerFlags",

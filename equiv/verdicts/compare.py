@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 from rapidfuzz.distance import Indel, Levenshtein
 
-from equiv.results import Generation, TokenAlternatives
-from equiv.stats import drift_metrics
+from equiv.records import Generation, TokenAlternatives
+from equiv.verdicts.stats import drift_metrics
 
 __all__ = ["Comparison", "Divergence", "Drift", "compare", "drift"]
 

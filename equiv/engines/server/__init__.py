@@ -1,0 +1,1 @@
+"""The server engine: llama-server, OpenAI-compatible, vLLM and SGLang over HTTP."""

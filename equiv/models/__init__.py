@@ -1,0 +1,1 @@
+"""The bundled default pair, derived drafts, GGUF metadata and llama.cpp's vocabulary rules."""

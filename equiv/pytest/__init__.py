@@ -1,0 +1,1 @@
+"""The pytest plugin and the session of checks it runs."""

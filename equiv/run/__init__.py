@@ -1,0 +1,1 @@
+"""Running a plan: engines asked, records appended, controls, resuming."""

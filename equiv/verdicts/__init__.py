@@ -1,0 +1,1 @@
+"""Verdicts: how the two paths differ, why, and whether it matters. Pure functions; no model is called."""
