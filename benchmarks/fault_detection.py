@@ -31,14 +31,15 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from equiv.verdicts.classify import classify_sampling
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
-from equiv.verdicts.sampling_evidence import analyze_prompt
 from equiv.engines import load_factory
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
-from equiv.run.runner import Runner, plan
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
+from equiv.verdicts.classify import classify_sampling
 from equiv.verdicts.labels import Label
+from equiv.verdicts.sampling_evidence import analyze_prompt
 
 ENGINES = [
     "reference:greedy",

@@ -25,7 +25,8 @@ from equiv.config import RunConfig
 from equiv.engines.llamacpp import LlamaCppEngine, make_engine
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
-from equiv.run.runner import Runner, plan
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
 
 
 def plain_generate(engine: LlamaCppEngine, tokens: list[int], n: int) -> int:

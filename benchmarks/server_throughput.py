@@ -22,27 +22,26 @@ from pathlib import Path
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.server.engine import ServerEngine
-from equiv.engines.server.settings import ServerSettings, configure
-from equiv.run.inflight import completed
+from equiv.engines.server.settings import ServerSettings
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
-from equiv.run.runner import Runner, plan
+from equiv.run.inflight import completed
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
 
 PROMPTS = ["code/fib_lt", "chat/capital_france", "chat/haiku_autumn", "reasoning/add_two_digit"]
 
 
 def throughput(config: RunConfig, server_bin: str, in_flight: int, tmp: Path) -> str:
-    configure(ServerSettings(server_bin=server_bin, concurrency=in_flight, log_dir=str(tmp)))
+    options = (("server_bin", server_bin), ("server_concurrency", in_flight), ("log_dir", str(tmp)))
+    config = replace(config, engine="server", engine_options=options)
     prompts = [p for p in load_suites() if p.key in PROMPTS]
     path = tmp / f"r{in_flight}.jsonl"
-    try:
-        with Runner(config, load_factory("server"), path, controls=False) as runner:
-            started = time.perf_counter()
-            runner.run(plan(prompts, config))
-            wall = time.perf_counter() - started
-    finally:
-        configure(None)
+    with Runner(config, load_factory("server"), path, controls=False) as runner:
+        started = time.perf_counter()
+        runner.run(plan(prompts, config))
+        wall = time.perf_counter() - started
     results = ResultsFile(path).results()
     tokens = sum(len(r[p]["tokens"]) for r in results for p in ("baseline", "speculative"))
     return (

@@ -215,10 +215,16 @@ class RunConfig:
     top_k_record: int = 8
     engine: str = "llamacpp"
     alpha: float = 0.01
+    # Equivalence margin of the quality test, in percentage points of pass rate (graded prompts).
+    quality_margin: float = 3.0
     # Settings of the speculative path that differ from the baseline's, to reproduce a user's
     # two setups (e.g. ("target", "other-quant.gguf"), ("n_ctx", 512), ("top_p", 0.9)). Such a
     # run is a misconfiguration by construction, and the classifier says so.
     spec_overrides: tuple[tuple[str, Any], ...] = ()
+    # Options of the engine itself (e.g. the server engine's binary or URLs), as (name, value)
+    # pairs: they reach the factory inside the config, so the header records them and
+    # ``--resume`` checks them like every other setting.
+    engine_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -244,6 +250,11 @@ class RunConfig:
             raise ConfigError("sampling mode needs temp > 0; pass --temp 0.8 or use --mode temp0")
         if not 0 < self.alpha < 0.5:
             raise ConfigError(f"alpha={self.alpha} must lie in (0, 0.5); 0.01 is the default")
+        if not 0 < self.quality_margin < 100:
+            raise ConfigError(
+                f"quality_margin={self.quality_margin} must lie in (0, 100) percentage points; "
+                "3 is the default"
+            )
         for key, _ in self.spec_overrides:
             if key not in _OVERRIDABLE:
                 raise ConfigError(
@@ -279,7 +290,12 @@ class RunConfig:
         data["suites"] = list(self.suites)
         data["seeds"] = list(self.seeds)
         data["spec_overrides"] = [list(kv) for kv in self.spec_overrides]
+        data["engine_options"] = [list(kv) for kv in self.engine_options]
         return data
+
+    def engine_option(self, name: str, default: Any = None) -> Any:
+        """One of `engine_options` by name."""
+        return dict(self.engine_options).get(name, default)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
@@ -292,6 +308,7 @@ class RunConfig:
         plain["suites"] = tuple(plain.get("suites", ()))
         plain["seeds"] = tuple(plain.get("seeds", ()))
         plain["spec_overrides"] = tuple(tuple(kv) for kv in plain.get("spec_overrides", ()))
+        plain["engine_options"] = tuple(tuple(kv) for kv in plain.get("engine_options", ()))
         return cls(
             target=ModelSpec.from_dict(data["target"]),
             draft=ModelSpec.from_dict(data["draft"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from equiv.config import (
@@ -32,6 +33,7 @@ __all__ = [
     "Option",
     "add_arguments",
     "build_config",
+    "engine_options",
     "merge_toml",
 ]
 
@@ -46,10 +48,23 @@ class Option:
     choices: tuple[str, ...] | None = None
     flag: bool = False  # a store_true switch
     multiple: bool = False  # may be given several times (and as a comma list)
+    engine: str | None = None  # an option of this engine only: it goes to config.engine_options
 
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
+
+
+def _margin(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(
+            f"--quality-margin {text}: give percentage points in (0, 100), e.g. 3"
+        )
+    return value
 
 
 def _seeds(text: str) -> int:
@@ -148,33 +163,66 @@ RUN_OPTIONS: tuple[Option, ...] = (
         metavar="A",
     ),
     Option(
+        "quality-margin",
+        "graded prompts: the largest pass-rate change, in percentage points, that still counts "
+        "as no quality change (equivalence test)",
+        type=_margin,
+        default=3.0,
+        metavar="POINTS",
+    ),
+    Option(
         "engine",
         "'llamacpp', 'server' (HTTP), 'reference[:fault]' or a user factory 'module:attr'",
         default="llamacpp",
         metavar="ENGINE",
     ),
     # -- the server engine (equiv.engines.server.engine) -------------------------------------------
-    Option("server-bin", "--engine server: start llama-server from this binary", metavar="PATH"),
-    Option("baseline-url", "--engine server: a running server for the baseline", metavar="URL"),
     Option(
-        "speculative-url", "--engine server: a running server with a draft model", metavar="URL"
+        "server-bin",
+        "--engine server: start llama-server from this binary",
+        metavar="PATH",
+        engine="server",
+    ),
+    Option(
+        "baseline-url",
+        "--engine server: a running server for the baseline",
+        metavar="URL",
+        engine="server",
+    ),
+    Option(
+        "speculative-url",
+        "--engine server: a running server with a draft model",
+        metavar="URL",
+        engine="server",
     ),
     Option(
         "server-api",
         "llama (llama-server /completion), openai (/v1/completions), auto: llama if /props answers",
         default="auto",
         choices=("auto", "llama", "openai"),
+        engine="server",
     ),
-    Option("server-model", "model name of OpenAI requests (default: first served)", metavar="M"),
+    Option(
+        "server-model",
+        "model name of OpenAI requests (default: first served)",
+        metavar="M",
+        engine="server",
+    ),
     Option(
         "server-concurrency",
         "requests in flight per server (and llama-server slots); default 1 at temp 0 (servers "
         "are not batch-invariant), 4 in sampling mode",
         type=_concurrency,
         metavar="N",
+        engine="server",
     ),
     Option(
-        "server-timeout", "seconds to wait for one answer", type=float, default=600.0, metavar="S"
+        "server-timeout",
+        "seconds to wait for one answer",
+        type=float,
+        default=600.0,
+        metavar="S",
+        engine="server",
     ),
 )
 
@@ -205,6 +253,12 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
         "fail the session when more than this fraction of checks are numeric-drift",
         type=_rate,
         metavar="RATE",
+    ),
+    Option(
+        "fail-on-quality-drop",
+        "fail the session when graded prompts pass significantly less often on the speculative "
+        "path (one-sided test at 5 %)",
+        flag=True,
     ),
 )
 
@@ -261,8 +315,36 @@ def _split_list(value: Any) -> list[str]:
     return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
 
 
-def build_config(values: Mapping[str, Any]) -> tuple[RunConfig, ModelPair]:
-    """A `RunConfig` from merged option values; resolves (and if needed derives) the models."""
+def engine_options(
+    values: Mapping[str, Any], engine: str, *, workdir: str | Path | None = None
+) -> tuple[tuple[str, Any], ...]:
+    """The options of ``engine`` among merged option values, as `RunConfig.engine_options`;
+    an option of another engine given a value is an error. ``workdir`` (where the run writes)
+    lets an engine keep its logs beside the results."""
+    name = engine.partition(":")[0]
+    own: list[tuple[str, Any]] = []
+    for opt in RUN_OPTIONS:
+        if opt.engine is None:
+            continue
+        value = values.get(opt.dest)
+        if opt.engine == name:
+            if value is not None:
+                own.append((opt.dest, value))
+        elif value is not None and value != opt.default:
+            raise ConfigError(
+                f"--{opt.name} only applies to the {opt.engine} engine (the engine is "
+                f"{engine!r}); add --engine {opt.engine} or drop --{opt.name}"
+            )
+    if own and workdir is not None:
+        own.append(("log_dir", str(workdir)))
+    return tuple(own)
+
+
+def build_config(
+    values: Mapping[str, Any], *, workdir: str | Path | None = None
+) -> tuple[RunConfig, ModelPair]:
+    """A `RunConfig` from merged option values; resolves (and if needed derives) the models.
+    ``workdir``: the run's results directory (an engine may keep its logs there)."""
     v = merge_toml(values)
     from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
 
@@ -306,6 +388,8 @@ def build_config(values: Mapping[str, Any]) -> tuple[RunConfig, ModelPair]:
         flash_attn=bool(v["flash_attn"]),
         engine=v["engine"],
         alpha=v["alpha"],
+        quality_margin=v["quality_margin"],
+        engine_options=engine_options(v, v["engine"], workdir=workdir),
         **extra,
     )
     return config, pair

@@ -1,4 +1,4 @@
-"""Tests for equiv.engines.acceptance_rules: exact one-step output distributions of acceptance rules."""
+"""equiv.engines.acceptance_rules: exact one-step output distributions of acceptance rules."""
 
 from __future__ import annotations
 

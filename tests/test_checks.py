@@ -1,9 +1,9 @@
-"""equiv.pytest.session: the fail/warn policy, the session-level problems, plain-data round trips."""
+"""equiv.pytest.session: the fail/warn policy, session-level problems, plain-data round trips."""
 
 import pytest
 
-from equiv.pytest.session import Check, Policy, describe, problems
 from equiv.errors import ConfigError
+from equiv.pytest.session import Check, Policy, describe, problems
 from equiv.verdicts.labels import Label, Verdict
 
 EQ = Verdict(Label.EQUIVALENT, "token IDs identical")

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from equiv.verdicts.compare import Comparison, compare, drift
 from equiv.records import Generation, TokenAlternatives
+from equiv.verdicts.compare import Comparison, compare, drift
 
 
 def _gen(path: str, tokens: list[int], rows: np.ndarray) -> Generation:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from equiv.cli.main import main
 from equiv.cli.diagnose import findings, map_to_run, parse_command
+from equiv.cli.main import main
 from equiv.errors import ConfigError
 
 ISSUE_EXAMPLE = (

@@ -3,19 +3,19 @@
 import numpy as np
 import pytest
 
-from equiv.engines.acceptance_rules import Rule, accept_probability, residual
-from equiv.verdicts.classify import classify_sampling
 from equiv.config import SamplingConfig
-from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
+from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.records import Judgement
 from equiv.verdicts.chain import chain_probs, pit_position
+from equiv.verdicts.classify import classify_sampling
+from equiv.verdicts.labels import Label
+from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
 from equiv.verdicts.stats import (
     acceptance_rate_test,
     forced_decisions_test,
     pit_uniformity_test,
     randomized_pit,
 )
-from equiv.verdicts.labels import Label
 
 
 def test_chain_pit_matches_the_full_vocabulary_computation():

@@ -16,23 +16,26 @@ from typing import Any
 
 import pytest
 
-from equiv.verdicts.classify import fingerprint_differences
 from equiv.cli.main import main
 from equiv.config import Mode, ModelSpec, RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.server.engine import ServerEngine, servers_header
+from equiv.engines.base import server_facts
 from equiv.engines.server.api import parse_llama, parse_openai, piece_id
+from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.process import (
     ServerProcess,
     detect_flags,
     free_port,
     llama_server_argv,
 )
-from equiv.engines.server.settings import ServerSettings, configure, configure_from_options
+from equiv.engines.server.settings import ServerSettings
 from equiv.errors import ConfigError, EngineError
+from equiv.options import engine_options
 from equiv.prompts import Prompt
 from equiv.records import ResultsFile
-from equiv.run.runner import Runner, plan
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
+from equiv.verdicts.classify import fingerprint_differences
 
 Reply = tuple[int, str, bytes]  # status, content type, body
 
@@ -152,11 +155,9 @@ def fake(tiny_config: RunConfig) -> Iterator[FakeServer]:
     server.close()
 
 
-@pytest.fixture(autouse=True)
-def _unconfigured() -> Iterator[None]:
-    """The command line configures the server engine module-wide: undo it after each test."""
-    yield
-    configure(None)
+def _served(config: RunConfig, **options: Any) -> RunConfig:
+    """``config`` for the server engine with these engine options (as the CLI builds it)."""
+    return replace(config, engine="server", engine_options=tuple(options.items()))
 
 
 def _engine(config: RunConfig, url: str, **kwargs: Any) -> ServerEngine:
@@ -194,9 +195,7 @@ def test_a_llama_server_answer_becomes_a_generation(tiny_config, fake):
     assert fp["engine"] == "server"
     assert fp["n_ctx"] == 2048
     assert fp["build_info"] == "b0-fake"
-    assert servers_header(engine, object()) == {
-        "servers": {"baseline": {"url": fake.url, "api": "llama"}}
-    }
+    assert server_facts(engine) == {"url": fake.url, "api": "llama"}
 
 
 def test_placeholder_probabilities_of_speculative_tokens_are_recorded_as_missing(tiny_config, fake):
@@ -352,9 +351,11 @@ def _seed_runner(
     config: RunConfig, url: str, path: Path, concurrency: int, controls: bool = False
 ) -> Runner:
     """A sampling run over one prompt and eight seeds, through `load_factory` as the CLI does."""
-    configure(ServerSettings(baseline_url=url, speculative_url=url, concurrency=concurrency))
     config = replace(
-        config, mode=Mode.SAMPLING, sampling=SamplingConfig(temp=0.8), seeds=tuple(range(1, 9))
+        _served(config, baseline_url=url, speculative_url=url, server_concurrency=concurrency),
+        mode=Mode.SAMPLING,
+        sampling=SamplingConfig(temp=0.8),
+        seeds=tuple(range(1, 9)),
     )
     return Runner(config, load_factory("server"), path, controls=controls)
 
@@ -505,20 +506,29 @@ def test_settings_need_a_binary_or_both_urls():
 
 
 def test_server_options_without_the_server_engine_are_refused():
-    with pytest.raises(ConfigError, match="--server-bin only apply to the server engine"):
-        configure_from_options({"server_bin": "/x"}, engine="llamacpp", log_dir=None)
+    with pytest.raises(ConfigError, match="--server-bin only applies to the server engine"):
+        engine_options({"server_bin": "/x"}, "llamacpp")
+
+
+def test_server_options_become_engine_options_of_the_config():
+    options = engine_options(
+        {"server_bin": "/x", "server_timeout": 600.0, "server_api": "auto"}, "server", workdir="d"
+    )
+    assert options == (
+        ("server_bin", "/x"),
+        ("server_api", "auto"),
+        ("server_timeout", 600.0),
+        ("log_dir", "d"),
+    )
 
 
 def test_load_factory_knows_the_server_engine(tiny_config, fake):
-    configure(ServerSettings(baseline_url=fake.url, speculative_url=fake.url))
-    try:
-        engine = load_factory("server")(tiny_config, speculative=True)
-        assert engine.path == "speculative"
-        _generate(engine)
-        body = dict(fake.calls)["/completion"]
-        assert body["speculative.n_max"] == tiny_config.draft_config.draft_max
-    finally:
-        configure(None)
+    config = _served(tiny_config, baseline_url=fake.url, speculative_url=fake.url)
+    engine = load_factory("server")(config, speculative=True)
+    assert engine.path == "speculative"
+    _generate(engine)
+    body = dict(fake.calls)["/completion"]
+    assert body["speculative.n_max"] == tiny_config.draft_config.draft_max
 
 
 def test_a_bad_url_is_a_config_error(tiny_config):

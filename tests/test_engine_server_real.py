@@ -18,16 +18,17 @@ from typing import Any
 
 import pytest
 
-from equiv.verdicts.classify import fingerprint_differences
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.server.engine import ServerEngine
-from equiv.engines.server.settings import ServerSettings, configure
-from equiv.errors import EngineError
+from equiv.engines.server.settings import ServerSettings
+from equiv.errors import ConfigError, EngineError
 from equiv.models.pair import cache_dir
 from equiv.prompts import Prompt, load_suites
 from equiv.records import ResultsFile
-from equiv.run.runner import Runner, plan
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
+from equiv.verdicts.classify import fingerprint_differences
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -126,18 +127,15 @@ def test_sampling_is_repeatable_per_seed(served):
 
 def test_the_runner_keeps_requests_in_flight(served, server_config, tmp_path):
     """Eight seeds of one prompt through the runner, four prompts in flight on 4-slot servers."""
-    configure(ServerSettings(baseline_url=served[0].url, speculative_url=served[1].url))
+    urls = (("baseline_url", served[0].url), ("speculative_url", served[1].url))
     sampling = SamplingConfig(temp=0.8)
     seeds = tuple(range(1, 9))
     config = replace(server_config, mode=Mode.SAMPLING, sampling=sampling, seeds=seeds)
-    config = replace(config, max_tokens=4)
+    config = replace(config, max_tokens=4, engine_options=urls)
     started = time.perf_counter()
-    try:
-        with Runner(config, load_factory("server"), tmp_path / "r.jsonl", controls=False) as runner:
-            assert runner.in_flight == 4
-            runner.run(plan(_prompts(PROMPTS[:1]), config))
-    finally:
-        configure(None)
+    with Runner(config, load_factory("server"), tmp_path / "r.jsonl", controls=False) as runner:
+        assert runner.in_flight == 4
+        runner.run(plan(_prompts(PROMPTS[:1]), config))
     results = ResultsFile(tmp_path / "r.jsonl").results()
     rate = 2 * len(results) / (time.perf_counter() - started)
     assert sorted(r["seed"] for r in results) == list(range(1, 9))
@@ -168,28 +166,33 @@ def test_a_killed_server_keeps_finished_results_and_resume_continues(
 ):
     """equiv's own server killed after the first result: the error names it, the result is
     kept, and the run resumes (here against the module's running servers)."""
-    configure(ServerSettings(server_bin=_server_bin(), log_dir=str(tmp_path), concurrency=1))
-    items = plan(_prompts(PROMPTS[:2]), server_config)
+    own = (("server_bin", _server_bin()), ("log_dir", str(tmp_path)), ("server_concurrency", 1))
+    config = replace(server_config, engine_options=own)
+    items = plan(_prompts(PROMPTS[:2]), config)
     items = [replace(item, max_tokens=4) for item in items]
     path = tmp_path / "results.jsonl"
 
     def kill_speculative(item: Any, record: Any, done: int, total: int) -> None:
         runner.speculative._server.proc.kill()  # type: ignore[attr-defined]
 
-    try:
-        with (
-            Runner(server_config, load_factory("server"), path) as runner,
-            pytest.raises(EngineError, match=r"exited with code -9 mid-run(.|\n)*--resume"),
-        ):
-            runner.run(items, on_result=kill_speculative)
-        assert len(ResultsFile(path).results()) == 1
-        assert (tmp_path / "llama-server-speculative.log").is_file()
-        urls = {"baseline_url": served[0].url, "speculative_url": served[1].url}
-        configure(ServerSettings(**urls))
-        with Runner(server_config, load_factory("server"), path) as runner:
-            new = runner.run(items, resume=True)
-    finally:
-        configure(None)
+    with (
+        Runner(config, load_factory("server"), path) as runner,
+        pytest.raises(EngineError, match=r"exited with code -9 mid-run(.|\n)*--resume"),
+    ):
+        runner.run(items, on_result=kill_speculative)
+    assert len(ResultsFile(path).results()) == 1
+    assert (tmp_path / "llama-server-speculative.log").is_file()
+    # The same run resumed against the module's running servers: the engine options differ
+    # (URLs instead of a binary), which --resume refuses by name...
+    urls = (("baseline_url", served[0].url), ("speculative_url", served[1].url))
+    with (
+        Runner(replace(config, engine_options=urls), load_factory("server"), path) as runner,
+        pytest.raises(ConfigError, match="differs in: engine_options"),
+    ):
+        runner.run(items, resume=True)
+    # ...so it resumes with its own options, equiv starting the servers again.
+    with Runner(config, load_factory("server"), path) as runner:
+        new = runner.run(items, resume=True)
     assert [r["key"] for r in new] == [items[1].key]
     assert ResultsFile(path).done_keys() == {item.key for item in items}
 

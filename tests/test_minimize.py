@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from equiv.cli.main import main
-from equiv.errors import ConfigError
 from equiv.cli.minimize import ddmin, minimize_file, minimize_text
+from equiv.errors import ConfigError
 
 
 def test_ddmin_finds_the_two_needed_items() -> None:
@@ -72,8 +72,8 @@ def test_minimize_a_real_divergence(
     minimal = json.loads(line)
     assert len(minimal["text"]) <= len(original)
     # Re-run the minimal prompt on fresh engines of the same configuration: it still diverges.
-    from equiv.verdicts.compare import compare
     from equiv.prompts import load_suites
+    from equiv.verdicts.compare import compare
 
     baseline, speculative = engines
     (prompt,) = load_suites([str(suite)])

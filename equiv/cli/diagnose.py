@@ -364,25 +364,23 @@ def execute(
     echo: Callable[[str], None] = print,
 ) -> int:
     """Run temp 0 and (if the user samples) the user's temperature; echo the verdict."""
-    from equiv.cli.main import select_prompts
-    from equiv.engines import load_factory
     from equiv.options import build_config, merge_toml
     from equiv.records import ResultsFile
-    from equiv.run.runner import Runner, plan
-    from equiv.verdicts.summary import summarize_file
+    from equiv.run.execute import run_plan
+    from equiv.run.plan import plan, select_prompts
 
     values = {"temp": mapping.user_temp, **mapping.values, "prompt": list(prompts)}
     values["max_tokens"] = max_tokens
     modes = ["temp0"] + (["sampling"] if mapping.user_temp > 0 else [])
     summaries: dict[str, Any] = {}
     for mode in modes:
-        config, _ = build_config({**values, "mode": mode, "seeds": seeds})
-        items = plan(select_prompts(config.suites, values["prompt"]), config)
-        path = out / mode / "results.jsonl"
-        echo(f"running {mode}: {len(items)} generation pair(s) -> {path}")
-        with Runner(config, load_factory(config.engine), path) as runner:
-            runner.run(items, command=f"equiv diagnose ({mode})")
-        summaries[mode] = summarize_file(ResultsFile(path))
+        config, pair = build_config({**values, "mode": mode, "seeds": seeds}, workdir=out / mode)
+        chosen = select_prompts(config.suites, values["prompt"])
+        echo(f"running {mode}: {len(plan(chosen, config))} generation pair(s) -> {out / mode}")
+        outcome = run_plan(config, pair, chosen, out / mode, argv=["diagnose"])
+        if outcome.summary is None:
+            raise KeyboardInterrupt
+        summaries[mode] = outcome.summary
     temp0 = summaries["temp0"]
     sampling = summaries.get("sampling")
     analyses = ResultsFile(out / "sampling" / "results.jsonl").analyses() if sampling else []

@@ -8,8 +8,6 @@ prompt that does not fit the context; 6 engine failure; 130 interrupted (finishe
 from __future__ import annotations
 
 import argparse
-import fnmatch
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -17,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from equiv import __version__
-from equiv.errors import EquivError, PromptError
-from equiv.options import add_arguments, build_config, merge_toml
-from equiv.prompts import Prompt, load_suites
+from equiv.errors import EquivError
+from equiv.options import add_arguments, build_config
 
 __all__ = ["main"]
 
@@ -81,18 +78,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def select_prompts(suites: Sequence[str], globs: Sequence[str]) -> list[Prompt]:
-    prompts = load_suites(suites)
-    if globs:
-        prompts = [p for p in prompts if any(fnmatch.fnmatchcase(p.key, g) for g in globs)]
-        if not prompts:
-            raise PromptError(
-                f"no prompt matches --prompt {', '.join(globs)}; keys look like "
-                "'code/fib_lt' (suite/id)"
-            )
-    return prompts
-
-
 def _results_dir(out: str | None, resume: bool) -> Path:
     if out:
         return Path(out)
@@ -144,48 +129,34 @@ def _run_once(
 
     from rich.console import Console
 
-    from equiv.engines import load_factory
-    from equiv.engines.server.engine import configure_from_options, servers_header
     from equiv.cli.progress import Progress
     from equiv.report import write_report
-    from equiv.run.runner import Runner, plan
-    from equiv.verdicts.summary import summarize_file
     from equiv.report.terminal import print_summary
+    from equiv.run.execute import run_plan
+    from equiv.run.plan import plan, select_prompts
 
     console = Console(stderr=True)
-    config, pair = build_config(values)
+    config, pair = build_config(values, workdir=out)
     prompts = select_prompts(config.suites, values.get("prompt") or [])
-    results_path = out / "results.jsonl"
-    configure_from_options(merge_toml(values), engine=config.engine, log_dir=out)
-    items = plan(prompts, config)
     console.print(f"[bold]equiv {__version__}[/]  target {pair.target.path}")
     console.print(f"draft {pair.draft.path} ({pair.draft.provenance})")
-    command = shlex.join(["equiv", *argv])
-    with (
-        Runner(
-            config,
-            load_factory(config.engine),
-            results_path,
-            extra_header={"vocab": pair.vocab.to_dict(), "argv": list(argv)},
-        ) as runner,
-        Progress(console, total=len(items)) as progress,
-    ):
-        try:
-            runner.extra_header.update(servers_header(runner.baseline, runner.speculative))
-            runner.run(items, resume=resume, command=command, on_result=progress.update)
-        except KeyboardInterrupt:
+    with Progress(console, total=len(plan(prompts, config))) as progress:
+        outcome = run_plan(
+            config, pair, prompts, out, resume=resume, argv=argv, on_result=progress.update
+        )
+        if outcome.summary is None:
             progress.stop()
-            done = len(runner.results.done_keys())
-            console.print(
-                f"[yellow]interrupted[/]: {done} finished result(s) kept in "
-                f"{results_path}; rerun with --resume --out {out} to continue"
-            )
-            return EXIT_INTERRUPTED, None
-    summary = summarize_file(runner.results)
+    if outcome.summary is None:
+        console.print(
+            f"[yellow]interrupted[/]: {outcome.finished} finished result(s) kept in "
+            f"{outcome.results_path}; rerun with --resume --out {out} to continue"
+        )
+        return EXIT_INTERRUPTED, None
+    summary = outcome.summary
     # Logs and pipes get a fixed width, wide enough that no column header is cut.
     stdout = Console() if sys.stdout.isatty() else Console(width=150)
-    print_summary(summary, stdout, results_path=results_path)
-    print(f"report: {write_report(results_path, out / 'report.html')}")
+    print_summary(summary, stdout, results_path=outcome.results_path)
+    print(f"report: {write_report(outcome.results_path, out / 'report.html')}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory (RSS, both paths in one process): {peak:.0f} MiB")
     return (EXIT_CONTROL_FAILED if summary.failed_controls else 0), summary

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -162,8 +163,16 @@ def _reproduce(config: Any, suite: Path, max_tokens: int) -> str:
     d = config.draft_config
     args += ["--draft-max", str(d.draft_max), "--draft-min", str(d.draft_min)]
     args += ["--draft-p-min", str(d.p_min), "--n-ctx", str(config.n_ctx)]
+    args += ["--n-batch", str(config.n_batch), "--n-ubatch", str(config.n_ubatch)]
     args += ["--threads", str(config.n_threads)]
-    return " ".join(args)
+    if config.flash_attn:
+        args.append("--flash-attn")
+    if config.engine != "llamacpp":
+        args += ["--engine", config.engine]
+    for name, value in config.engine_options:
+        if name != "log_dir":
+            args += [f"--{name.replace('_', '-')}", str(value)]
+    return shlex.join(args)
 
 
 def minimize_file(
@@ -174,11 +183,11 @@ def minimize_file(
     out: str | Path | None = None,
 ) -> MinimizeResult:
     """Minimize the prompt of ``key`` in a results file with the run's own configuration."""
-    from equiv.verdicts.compare import compare
     from equiv.config import Mode, RunConfig
-    from equiv.engines import load_factory
     from equiv.prompts import Prompt
     from equiv.records import ResultsFile
+    from equiv.run.execute import open_runner
+    from equiv.verdicts.compare import compare
 
     if max_tests < 1:
         raise ConfigError(f"--max-tests {max_tests}: give a count >= 1 (e.g. 60)")
@@ -200,27 +209,17 @@ def minimize_file(
             return replace(prompt, text=text)
         return replace(prompt, messages=(*prompt.messages[:-1], (prompt.messages[-1][0], text)))
 
-    factory = load_factory(config.engine)
-    baseline = factory(config, speculative=False)
-    try:
-        speculative = factory(config, speculative=True)
-    except BaseException:
-        baseline.close()
-        raise
+    runner = open_runner(config, None, Path(results_path).with_name("minimize.jsonl"))
     seen: dict[str, Any] = {}
     room = max_tokens + config.draft_config.draft_max + 1
 
     def diverges(text: str) -> bool:
         if not text.strip():
             return False
-        tokens = baseline.prompt_tokens(make(text))
+        tokens = runner.baseline.prompt_tokens(make(text))
         if len(tokens) + room > config.n_ctx:
             return False
-        base = baseline.generate(tokens, sampling=config.sampling, seed=None, max_tokens=max_tokens)
-        spec_sampling = config.for_path(speculative=True).sampling
-        spec = speculative.generate(
-            tokens, sampling=spec_sampling, seed=None, max_tokens=max_tokens
-        )
+        base, spec = runner.generate_pair(tokens, seed=None, max_tokens=max_tokens)
         seen[text] = (len(tokens), compare(base, spec))
         return not seen[text][1].identical
 
@@ -232,8 +231,7 @@ def minimize_file(
             )
         minimal, tests, exhausted = minimize_text(original, diverges, max_tests=max_tests - 1)
     finally:
-        baseline.close()
-        speculative.close()
+        runner.close()
     path = Path(out) if out else Path(results_path).with_name(f"minimal-{prompt.id}.jsonl")
     data = make(minimal).to_dict()
     data.update(id=f"{prompt.id[:28]}_min", max_tokens=max_tokens, tags=["minimized"])

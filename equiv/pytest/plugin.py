@@ -28,9 +28,9 @@ import pytest
 from _pytest import junitxml  # xml_key: pytest's own handle on the --junitxml writer
 
 if TYPE_CHECKING:
-    from equiv.pytest.session import Check, CheckSession, Policy
     from equiv.options import Option
     from equiv.prompts import Prompt
+    from equiv.pytest.session import Check, CheckSession, Policy
 
 __all__ = [
     "CONFIG_OPTION",
@@ -132,9 +132,9 @@ def _tool_equiv(rootpath: Path) -> str | None:
 
 
 def _read_settings(config: pytest.Config) -> _Settings:
-    from equiv.pytest.session import Policy
     from equiv.errors import EquivError
     from equiv.options import merge_toml
+    from equiv.pytest.session import Policy
     from equiv.verdicts.labels import Label
 
     values = {opt.dest: _value(config, opt) for opt in _options()}
@@ -217,7 +217,7 @@ class EquivSuite(pytest.Collector):
     """The virtual node ``equiv`` that holds the suite's items."""
 
     def collect(self) -> list[pytest.Item | pytest.Collector]:
-        from equiv.cli.main import select_prompts
+        from equiv.run.plan import select_prompts
 
         state = self.config.stash[_STATE]
         s = state.settings

@@ -10,8 +10,6 @@ session into one results file per mode. No pytest here.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import shlex
 import shutil
 import tempfile
@@ -21,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from equiv.engines.base import Engine
 from equiv.errors import ConfigError, EquivError
 from equiv.prompts import Prompt
-from equiv.run.runner import Runner, plan
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
 from equiv.verdicts.labels import Label, Verdict, verdict_of
 
 __all__ = [
@@ -181,7 +181,7 @@ class CheckSession:
     ) -> None:
         self.values, self.policy, self.argv = dict(values), policy, list(argv)
         self._runners: dict[str, Runner] = {}
-        self._engines: tuple[Any, Any] | None = None
+        self._engines: tuple[Engine, Engine] | None = None
         self._error: Exception | None = None
         self._tmp: str | None = None
         # How many prompts share the run's alpha in sampling mode (set from the collected suite).
@@ -199,26 +199,13 @@ class CheckSession:
         return self._runners[mode]
 
     def _make_runner(self, mode: str) -> Runner:
-        from equiv.engines import load_factory
-        from equiv.options import build_config, merge_toml
+        from equiv.options import build_config
+        from equiv.run.execute import open_runner
 
         self._tmp = self._tmp or tempfile.mkdtemp(prefix="equiv-checks-")
-        config, pair = build_config({**self.values, "mode": mode})
-        factory: Any = load_factory(config.engine)
-        if self._engines is None:
-            if importlib.util.find_spec("equiv.engines.server.engine") is not None:
-                server = importlib.import_module("equiv.engines.server.engine")
-                configure = getattr(server, "configure_from_options", None)
-                if configure is not None:  # the server engine reads its options as `equiv run`
-                    configure(merge_toml(self.values), engine=config.engine, log_dir=self._tmp)
-        else:
-            engines = self._engines
-            factory = lambda _config, *, speculative: engines[speculative]  # noqa: E731
-        runner = Runner(
-            config,
-            factory,
-            Path(self._tmp) / f"{mode}.jsonl",
-            extra_header={"vocab": pair.vocab.to_dict(), "argv": self.argv},
+        config, pair = build_config({**self.values, "mode": mode}, workdir=self._tmp)
+        runner = open_runner(
+            config, pair, Path(self._tmp) / f"{mode}.jsonl", argv=self.argv, engines=self._engines
         )
         self._engines = (runner.baseline, runner.speculative)
         return runner
@@ -286,8 +273,9 @@ def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
 
 def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
     """One results file per mode (``out/results.jsonl``, or ``out/<mode>/`` for two modes),
-    with ``report.html`` beside it when `equiv.report` is installed; the files written."""
+    with ``report.html`` beside it; the files written."""
     from equiv.records import ResultsFile
+    from equiv.report import write_report
 
     by_mode: dict[str, list[Check]] = {}
     for c in checks:
@@ -306,10 +294,7 @@ def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
             for extra in c.extras:  # its own "kind" (event, analysis) wins over "event"
                 results.append_event(extra)
         written.append(results.path)
-        if importlib.util.find_spec("equiv.report") is not None:
-            report = importlib.import_module("equiv.report")
-            report.write_report(results.path, folder / "report.html")
-            written.append(folder / "report.html")
+        written.append(write_report(results.path, folder / "report.html"))
     return written
 
 

@@ -1,6 +1,6 @@
 """One frozen view per result record (a prompt x mode x seed), read from the results file.
-Computes nothing new: labels come from `equiv.verdicts.labels.verdict_of`, differences from the opcodes
-and divergence the run stored, token text from the pieces the run emitted.
+Computes nothing new: labels come from `equiv.verdicts.labels.verdict_of`, differences from the
+opcodes and divergence the run stored, token text from the pieces the run emitted.
 """
 
 from __future__ import annotations

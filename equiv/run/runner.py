@@ -1,7 +1,9 @@
-"""Running a plan: every prompt through the baseline and the speculative path, each result
+"""The runner: every prompt of a plan through the baseline and the speculative path, each result
 appended to the results file the moment it is finished, so a rerun with ``resume`` continues.
 
-The runner asks, records and compares; it computes no statistics and decides no verdicts.
+The runner asks the engines, records what they produced, gathers the evidence a verdict needs
+where it is needed (re-scoring at a divergence, the chain's PIT of sampled tokens) and hands it to
+`equiv.verdicts` to compare and classify; the tests and rules themselves live there.
 """
 
 from __future__ import annotations
@@ -10,20 +12,21 @@ import itertools
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from equiv import __version__
+from equiv.config import Mode, RunConfig
+from equiv.engines.base import Engine, EngineFactory, in_flight, rescorer, server_facts
+from equiv.engines.registry import build_engine
+from equiv.errors import ConfigError, PromptError
+from equiv.records import Generation, ResultsFile
+from equiv.run.inflight import completed
+from equiv.run.plan import PlanItem, plan
 from equiv.verdicts.classify import classify_sampling, classify_temp0, fingerprint_differences
 from equiv.verdicts.compare import compare
-from equiv.config import Mode, RunConfig
+from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
-from equiv.engines.base import Engine, EngineFactory
-from equiv.errors import ConfigError, PromptError
-from equiv.run.inflight import completed
-from equiv.prompts import Prompt
-from equiv.records import ResultsFile
 from equiv.verdicts.stats import drift_metrics
 from equiv.verdicts.summary import summarize
 
@@ -35,29 +38,6 @@ __all__ = [
 ]
 
 SELF_DRAFT_MIN_ACCEPTANCE = 0.98
-
-
-@dataclass(frozen=True)
-class PlanItem:
-    prompt: Prompt
-    mode: Mode
-    seed: int | None
-    max_tokens: int
-
-    @property
-    def key(self) -> str:
-        suffix = "temp0" if self.seed is None else f"seed{self.seed}"
-        return f"{self.prompt.key}::{suffix}"
-
-
-def plan(prompts: Sequence[Prompt], config: RunConfig) -> list[PlanItem]:
-    """Prompts x (temp 0 | seeds), in suite order."""
-    seeds: Sequence[int | None] = (None,) if config.mode is Mode.TEMP0 else config.seeds
-    return [
-        PlanItem(p, config.mode, seed, config.max_tokens or p.max_tokens)
-        for p in prompts
-        for seed in seeds
-    ]
 
 
 ProgressFn = Callable[[PlanItem, dict[str, Any], int, int], None]
@@ -74,20 +54,27 @@ class Runner:
         *,
         extra_header: dict[str, Any] | None = None,
         controls: bool = True,
+        engines: tuple[Engine, Engine] | None = None,
     ) -> None:
+        """``engines``: an already built (baseline, speculative) pair to share (the pytest
+        plugin runs both modes on one pair); else both are built by ``factory``."""
         self.config = config
         self.controls = controls
         self.results = ResultsFile(results_path)
         self.extra_header = extra_header or {}
         self.differences: list[str] = []
         self._prompt_alpha = config.alpha
-        self.baseline: Engine = factory(config, speculative=False)
-        self.speculative: Engine = factory(config, speculative=True)
+        if engines is None:
+            self.baseline = build_engine(factory, config, speculative=False)
+            try:
+                self.speculative = build_engine(factory, config, speculative=True)
+            except BaseException:
+                self.baseline.close()
+                raise
+        else:
+            self.baseline, self.speculative = engines
         # Prompts in flight at once: engines that serve concurrent calls say how many.
-        self.in_flight = min(
-            max(1, int(getattr(engine, "max_in_flight", 1)))
-            for engine in (self.baseline, self.speculative)
-        )
+        self.in_flight = min(in_flight(self.baseline), in_flight(self.speculative))
 
     def close(self) -> None:
         self.baseline.close()
@@ -149,6 +136,11 @@ class Runner:
         self.differences = fingerprint_differences(
             fingerprints["baseline"], fingerprints["speculative"]
         )
+        servers = {
+            engine.path: facts
+            for engine in (self.baseline, self.speculative)
+            if (facts := server_facts(engine)) is not None
+        }
         return {
             "equiv": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -161,6 +153,7 @@ class Runner:
                 "baseline": self.baseline.capabilities.to_dict(),
                 "speculative": self.speculative.capabilities.to_dict(),
             },
+            **({"servers": servers} if servers else {}),
             **self.extra_header,
         }
 
@@ -223,25 +216,33 @@ class Runner:
         return records
 
     def _rescore(self, prompt: Sequence[int], tokens: Sequence[int], batched: bool) -> Any:
-        engine = self.speculative if batched else self.baseline
-        return engine.rescore(prompt, tokens, batched=batched)  # type: ignore[attr-defined]
+        """The target's rows for ``tokens``: single-token on the baseline path, batched on the
+        speculative path (whose context evaluates batches as verification does)."""
+        engine = rescorer(self.speculative if batched else self.baseline)
+        if engine is None:
+            raise ConfigError("re-scoring asked of an engine that does not offer it")
+        return engine.rescore(prompt, tokens, batched=batched)
 
     def _can_rescore(self) -> bool:
-        return self.baseline.capabilities.rescoring and self.speculative.capabilities.rescoring
+        return rescorer(self.baseline) is not None and rescorer(self.speculative) is not None
 
-    def _run_item(self, item: PlanItem, tokens: list[int]) -> dict[str, Any]:
+    def generate_pair(
+        self, tokens: Sequence[int], *, seed: int | None, max_tokens: int
+    ) -> tuple[Generation, Generation]:
+        """Both paths' generations for one prompt's tokens, each with its own sampling."""
         base = self.baseline.generate(
-            tokens,
-            sampling=self.config.sampling,
-            seed=item.seed,
-            max_tokens=item.max_tokens,
+            tokens, sampling=self.config.sampling, seed=seed, max_tokens=max_tokens
         )
         spec = self.speculative.generate(
             tokens,
             sampling=self.config.for_path(speculative=True).sampling,
-            seed=item.seed,
-            max_tokens=item.max_tokens,
+            seed=seed,
+            max_tokens=max_tokens,
         )
+        return base, spec
+
+    def _run_item(self, item: PlanItem, tokens: list[int]) -> dict[str, Any]:
+        base, spec = self.generate_pair(tokens, seed=item.seed, max_tokens=item.max_tokens)
         comparison = compare(base, spec)
         record: dict[str, Any] = {
             "key": item.key,
@@ -254,6 +255,10 @@ class Runner:
             "speculative": spec.to_dict(),
             "comparison": comparison.to_dict(),
         }
+        if item.prompt.grader is not None:  # graded where recorded: reports need no model
+            record["grades"] = grade_pair(
+                item.prompt.grader_spec, item.prompt.text, base.text, spec.text
+            )
         if item.mode is Mode.TEMP0:
             rescore = self._rescore if self._can_rescore() else None
             verdict = classify_temp0(
@@ -273,7 +278,7 @@ class Runner:
         # Every speculative sample is re-scored by the target one token at a time, exactly as
         # the baseline evaluates: the drift between the rows the speculative sampler used and the
         # target's own, and the sample's log-likelihood under the same scorer as the baseline's.
-        if self.baseline.capabilities.rescoring and spec.tokens:
+        if rescorer(self.baseline) is not None and spec.tokens:
             target = self._rescore(tokens, spec.tokens, False)
             if spec.logits is not None:
                 record["rescore_drift"] = drift_metrics(spec.logits, target).to_dict()

@@ -212,7 +212,8 @@ def pit_position(probs: npt.ArrayLike, token: int) -> tuple[float, float]:
     Tokens are ranked by probability descending, ties by ascending id; ``F(token-)`` is the mass
     of the tokens ranked strictly before ``token``. Any fixed order makes the randomised PIT
     ``F(token-) + V * P(token)``, ``V ~ U(0, 1)``, exactly uniform under the null (see
-    `equiv.verdicts.stats.randomized_pit`); this order makes a bias toward likely tokens push it toward 0.
+    `equiv.verdicts.stats.randomized_pit`); this order makes a bias toward likely tokens push it
+    toward 0.
     Keeping these two floats per emitted token replaces keeping the whole row.
     """
     p = np.asarray(probs, dtype=np.float64)

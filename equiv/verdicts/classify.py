@@ -21,8 +21,8 @@ in one batch (B), as plain decoding and draft verification evaluate it:
   d): a near-tie;
 - ``inconclusive`` when neither rows nor re-scoring are available.
 
-Temperature > 0 from the tests of `equiv.verdicts.sampling_evidence` (Holm-adjusted within the prompt at the
-prompt's share alpha/P of the run's level):
+Temperature > 0 from the tests of `equiv.verdicts.sampling_evidence` (Holm-adjusted within the
+prompt at the prompt's share alpha/P of the run's level):
 
 - ``sampler-bug`` if a sampler-consistency test (randomized PIT, or the top-token count) rejects
   on either path (its tokens are not draws from its own logits and chain), or the logits the
@@ -43,8 +43,8 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.records import Generation
-from equiv.verdicts.stats import min_detectable_w
 from equiv.verdicts.labels import Label, Verdict
+from equiv.verdicts.stats import min_detectable_w
 
 __all__ = [
     "KL_NOT_TARGET",

@@ -1,7 +1,8 @@
 """The labels equiv gives and the verdict record that carries one with its evidence.
 
 Every result record (one prompt x mode) gets exactly one `Verdict` under the key ``verdict``;
-the classifier (``equiv/verdicts/classify.py``) decides it. Readers (report, plugin, CLI) use only this.
+the classifier (``equiv/verdicts/classify.py``) decides it. Readers (report, plugin, CLI) use
+only this.
 """
 
 from __future__ import annotations

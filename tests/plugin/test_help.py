@@ -2,8 +2,8 @@
 
 import pytest
 
-from equiv.pytest import plugin
 from equiv.options import PLUGIN_OPTIONS, RUN_OPTIONS
+from equiv.pytest import plugin
 
 pytest_plugins = ["pytester"]
 

@@ -39,9 +39,7 @@ from equiv.engines.server.process import (
 )
 from equiv.engines.server.settings import (
     ServerSettings,
-    configure,
-    configure_from_options,
-    current_settings,
+    settings_for,
 )
 from equiv.errors import ConfigError, EngineError
 from equiv.models.gguf import read_gguf_info
@@ -51,16 +49,13 @@ from equiv.records import Generation
 __all__ = [
     "ServerEngine",
     "ServerSettings",
-    "configure",
-    "configure_from_options",
     "make_engine",
-    "servers_header",
 ]
 
 
 def make_engine(config: RunConfig, *, speculative: bool) -> ServerEngine:
     """The ``--engine server`` factory."""
-    return ServerEngine(config, speculative=speculative, settings=current_settings())
+    return ServerEngine(config, speculative=speculative, settings=settings_for(config))
 
 
 class ServerEngine:
@@ -70,7 +65,7 @@ class ServerEngine:
         self, config: RunConfig, *, speculative: bool, settings: ServerSettings | None = None
     ) -> None:
         self.config = config
-        self.settings = settings = settings or current_settings()
+        self.settings = settings = settings or settings_for(config)
         self.path = "speculative" if speculative else "baseline"
         self.max_in_flight = settings.in_flight(config.mode)  # prompts the runner keeps in flight
         self._server: ServerProcess | None = None
@@ -349,12 +344,6 @@ class ServerEngine:
     def close(self) -> None:
         if self._server is not None:
             self._server.stop()
-
-
-def servers_header(*engines: object) -> dict[str, Any]:
-    """``{"servers": {path: server_facts}}`` for the results header; ``{}`` for other engines."""
-    facts = {e.path: e.server_facts() for e in engines if isinstance(e, ServerEngine)}
-    return {"servers": facts} if facts else {}
 
 
 def _sha(text: Any) -> str | None:

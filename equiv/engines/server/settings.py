@@ -1,7 +1,7 @@
 """Settings of the server engine: where the two paths' servers are, or the binary to start them.
 
-The command line calls `configure_from_options` with its run options; any other caller may call
-`configure`; when nothing was configured, settings come from the environment
+They come from the run's ``config.engine_options`` (``--server-bin``, ``--baseline-url``, ...:
+the server options of `equiv.options`), and when those name no server, from the environment
 (``EQUIV_SERVER_BIN``, ``EQUIV_BASELINE_URL``, ``EQUIV_SPECULATIVE_URL``, ``EQUIV_SERVER_API``,
 ``EQUIV_SERVER_CONCURRENCY``).
 """
@@ -14,16 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from equiv.config import Mode
+from equiv.config import Mode, RunConfig
 from equiv.errors import ConfigError
 
 __all__ = [
     "APIS",
     "AUTO_CONCURRENCY",
     "ServerSettings",
-    "configure",
-    "configure_from_options",
-    "current_settings",
+    "settings_for",
 ]
 
 APIS = ("auto", "llama", "openai")
@@ -116,29 +114,10 @@ class ServerSettings:
         return self.concurrency or AUTO_CONCURRENCY[mode]
 
 
-_settings: ServerSettings | None = None
-
-
-def configure(settings: ServerSettings | None) -> None:
-    """Settings for the server engines built from now on (None: from the environment)."""
-    global _settings
-    _settings = settings
-
-
-def current_settings() -> ServerSettings:
-    """What `configure` set, else `ServerSettings.from_env`."""
-    return _settings if _settings is not None else ServerSettings.from_env()
-
-
-def configure_from_options(
-    values: Mapping[str, Any], *, engine: str, log_dir: str | Path | None
-) -> None:
-    """Called by the command line: configure the server engine from the run options."""
-    given = [f"--{name.replace('_', '-')}" for name in _SERVER_OPTIONS if values.get(name)]
-    if engine != "server":
-        if given:
-            raise ConfigError(
-                f"{', '.join(given)} only apply to the server engine; add --engine server"
-            )
-        return
-    configure(ServerSettings.from_options(values, log_dir=log_dir))
+def settings_for(config: RunConfig) -> ServerSettings:
+    """The server settings of a run: its ``engine_options`` when they name servers, else the
+    environment (`ServerSettings.from_env`)."""
+    options = dict(config.engine_options)
+    if any(options.get(name) for name in _SERVER_OPTIONS):
+        return ServerSettings.from_options(options, log_dir=options.get("log_dir"))
+    return ServerSettings.from_env()
