@@ -1,6 +1,6 @@
 """The whole run as the report shows it, from the results file alone: the conclusion and label
-counts, per-suite figures (`equiv.verdicts.summary.summarize`), controls, configuration, every prompt and
-analysis, and the overview charts. Computes nothing new.
+counts, per-suite figures (`equiv.verdicts.summary.summarize`), controls, configuration, every
+prompt and analysis, and the overview charts. Computes nothing new.
 """
 
 from __future__ import annotations
@@ -13,12 +13,14 @@ from typing import Any
 
 from markupsafe import Markup
 
+from equiv.records import ResultsFile
 from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
 from equiv.report.header import Environment, environment, fmt
+from equiv.report.prompt_view import LABELS, PromptView, prompt_view, token_texts
+from equiv.report.quality_view import QualityView, quality_view
 from equiv.report.redact import NOTE, make_redactor
 from equiv.report.svg import Bar, Strip, bar_chart, strip_chart
-from equiv.report.prompt_view import LABELS, PromptView, prompt_view, token_texts
-from equiv.records import ResultsFile
+from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
 from equiv.verdicts.summary import SuiteSummary, summarize
 
 __all__ = ["RunView", "SuiteRow", "load_run"]
@@ -45,6 +47,7 @@ class RunView:
     suite_names: tuple[str, ...]
     redacted: bool
     note: str
+    quality: QualityView
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,10 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
     readable = [r for r in rows if _readable(r, "result")]
     readable_analyses = [a for a in analyses if _readable(a, "analysis")]
     differences = [str(d) for d in header.get("differences") or []]
-    summary = summarize(readable, events, readable_analyses, differences=differences)
+    margin = (header.get("config") or {}).get("quality_margin", DEFAULT_MARGIN_POINTS)
+    summary = summarize(
+        readable, events, readable_analyses, differences=differences, quality_margin=margin
+    )
     vocab = token_texts(rows)
     prompts = tuple(
         prompt_view(f"p{i}", r, vocab)
@@ -235,4 +241,9 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         suite_names=tuple(dict.fromkeys([*(p.suite for p in prompts), *(a.suite for a in views)])),
         redacted=redact,
         note=NOTE if redact else "Paths are shown unredacted (--no-redact).",
+        quality=quality_view(
+            summary.quality,
+            readable,
+            {p.key.removesuffix("::temp0"): p.anchor for p in prompts},
+        ),
     )

@@ -7,8 +7,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from equiv.verdicts.summary import SuiteSummary, Summary
 from equiv.verdicts.labels import Label
+from equiv.verdicts.summary import SuiteSummary, Summary
 
 __all__ = ["print_summary", "print_sweep"]
 
@@ -72,6 +72,10 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
         console.print(f"control {event['event']}: {mark} - {event['detail']}", highlight=False)
     for difference in summary.differences:
         console.print(f"[magenta]setup differs[/]: {difference}", highlight=False)
+    for line in summary.quality_lines:
+        console.print(
+            line, style="red" if summary.quality_drop else None, highlight=False, markup=False
+        )
     style = _LABEL_STYLE[summary.verdict.label]
     console.print(f"[bold {style}]{summary.conclusion}[/]", highlight=False)
     if results_path is not None:

@@ -33,6 +33,7 @@ __all__ = [
     "RegexGrader",
     "extract_program",
     "grade",
+    "grade_pair",
     "parse_grader",
 ]
 
@@ -397,3 +398,18 @@ def grade(grader: Grader, completion: str, prompt_text: str | None = None) -> Gr
     if isinstance(grader, PythonGrader):
         return grader.grade(completion, prompt_text)
     return grader.grade(completion)
+
+
+def grade_pair(
+    spec: Any, prompt_text: str | None, baseline: str, speculative: str
+) -> dict[str, dict[str, str]]:
+    """Both paths' grades of one prompt x seed, as the result record holds them (``grades``).
+
+    ``spec`` is the prompt's grader spec (`equiv.prompts.Prompt.grader_spec`); ``prompt_text``
+    its completion text (None for a chat prompt).
+    """
+    grader = parse_grader(spec, chat=prompt_text is None)
+    return {
+        "baseline": grade(grader, baseline, prompt_text).to_dict(),
+        "speculative": grade(grader, speculative, prompt_text).to_dict(),
+    }

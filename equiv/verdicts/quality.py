@@ -426,12 +426,12 @@ def quality(
 
 
 def samples_from_records(records: Iterable[Mapping[str, Any]]) -> list[GradedSample]:
-    """The graded samples of result records (those whose both paths carry a ``grade``)."""
+    """The graded samples of result records (those that carry ``grades``)."""
     out = []
     for r in records:
         try:
-            gb = Grade.from_dict(r["baseline"]["grade"])
-            gs = Grade.from_dict(r["speculative"]["grade"])
+            gb = Grade.from_dict(r["grades"]["baseline"])
+            gs = Grade.from_dict(r["grades"]["speculative"])
         except (KeyError, TypeError, ValueError):
             continue
         verdict = r.get("verdict")

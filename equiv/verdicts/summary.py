@@ -9,6 +9,7 @@ from typing import Any
 
 from equiv.verdicts.classify import run_verdict
 from equiv.verdicts.labels import Label, verdict_of
+from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS, Quality, quality, samples_from_records
 
 __all__ = ["SuiteSummary", "Summary", "summarize", "summarize_file"]
 
@@ -123,6 +124,25 @@ class Summary:
     events: list[dict[str, Any]] = field(default_factory=list)
 
     differences: list[str] = field(default_factory=list)
+    # Graded prompts: one answer per mode present (temp 0 first), see equiv.verdicts.quality.
+    quality: tuple[Quality, ...] = ()
+
+    @property
+    def quality_lines(self) -> list[str]:
+        """The quality line of each mode, or a note that no prompt was graded."""
+        if not self.quality:
+            return ["quality: no graded prompts in this run (add a grader: prompts/README.md)"]
+        if len(self.quality) == 1:
+            return [self.quality[0].line]
+        return [
+            q.line.replace("quality:", "quality (temp 0):" if q.temp0 else "quality (sampling):")
+            for q in self.quality
+        ]
+
+    @property
+    def quality_drop(self) -> bool:
+        """Graded prompts pass significantly less often on the speculative path."""
+        return any(q.total.difference.significant_drop for q in self.quality)
 
     @property
     def verdict(self) -> Any:
@@ -153,8 +173,20 @@ def summarize(
     analyses: Iterable[Mapping[str, Any]] = (),
     *,
     differences: Iterable[str] = (),
+    quality_margin: float = DEFAULT_MARGIN_POINTS,
 ) -> Summary:
     summary = Summary(events=[dict(e) for e in events], differences=list(differences))
+    records = list(records)
+    graded = samples_from_records(records)
+    by_mode = [
+        (True, [s for s in graded if s.seed is None]),
+        (False, [s for s in graded if s.seed is not None]),
+    ]
+    summary.quality = tuple(
+        q
+        for temp0, samples in by_mode
+        if (q := quality(samples, temp0=temp0, margin_points=quality_margin)) is not None
+    )
     for record in records:
         suite = str(record["suite"])
         summary.suites.setdefault(suite, SuiteSummary(suite)).add(record)
@@ -174,4 +206,5 @@ def summarize_file(results: Any) -> Summary:
         results.events(),
         results.analyses(),
         differences=header.get("differences", []),
+        quality_margin=float(header.get("config", {}).get("quality_margin", DEFAULT_MARGIN_POINTS)),
     )

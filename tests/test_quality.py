@@ -1,0 +1,187 @@
+"""Paired quality statistics: McNemar, Wilson, the TOST equivalence answer and its power."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from equiv.verdicts.graders import Outcome
+from equiv.verdicts.quality import (
+    GradedSample,
+    QualityAnswer,
+    exact_mcnemar,
+    paired_difference,
+    quality,
+    samples_from_records,
+    stratified_difference,
+    units_needed,
+    wilson,
+)
+
+P, F, E = Outcome.PASS, Outcome.FAIL, Outcome.ERROR
+
+
+def test_exact_mcnemar_is_the_binomial_test_of_the_discordant_pairs() -> None:
+    assert exact_mcnemar(0, 0) == 1.0
+    assert exact_mcnemar(5, 0) == pytest.approx(2 * 0.5**5)
+    assert exact_mcnemar(3, 3) == pytest.approx(1.0)
+    assert exact_mcnemar(1, 9) == pytest.approx(2 * 11 / 2**10)
+
+
+def test_wilson_interval() -> None:
+    r = wilson(0, 10, 0.95)
+    assert r.low == 0.0
+    assert r.high == pytest.approx(0.2775, abs=1e-4)
+    assert wilson(7, 10).value == 0.7
+    with pytest.raises(ValueError, match="passed=11"):
+        wilson(11, 10)
+
+
+def test_temp0_drop_is_the_one_sided_exact_mcnemar() -> None:
+    d = paired_difference(20, worse=5, better=0, margin=0.03)
+    assert d.estimate == -0.25
+    assert d.p_drop == pytest.approx(0.5**5)
+    assert d.answer is QualityAnswer.DROP
+    assert d.sentence.startswith("quality dropped by 25.0 points")
+
+
+def test_temp0_few_prompts_cannot_show_equivalence_and_say_how_many_would() -> None:
+    d = paired_difference(20, worse=0, better=0, margin=0.03)
+    assert d.answer is QualityAnswer.UNDECIDED
+    assert d.needed is not None
+    assert d.needed > 20
+    assert f"about {d.needed} prompts would" in d.sentence
+    big = paired_difference(5000, worse=0, better=0, margin=0.03)
+    assert big.answer is QualityAnswer.NO_LOSS
+    assert "no quality change larger than 3 points, at 95 %" in big.sentence
+
+
+def test_bad_counts_are_refused() -> None:
+    with pytest.raises(ValueError, match="worse \\+ better <= n"):
+        paired_difference(3, worse=2, better=2, margin=0.03)
+
+
+def test_units_needed_reaches_the_target_power() -> None:
+    se, units, margin, alpha = 0.04, 32, 0.03, 0.05
+    n = units_needed(se, units, margin, alpha)
+    assert n is not None
+    se_n = se * math.sqrt(units / n)
+    z = 1.6448536269514722
+    power = 2 * (0.5 * math.erfc(-(margin / se_n - z) / math.sqrt(2))) - 1
+    assert power >= 0.8 - 1e-3
+    assert units_needed(0.001, units, margin, alpha) is None
+
+
+def test_sampling_equal_rates_with_many_seeds_are_equivalent() -> None:
+    d = stratified_difference([(500, 1000, 500, 1000)] * 20, margin=0.03)
+    assert d.answer is QualityAnswer.NO_LOSS
+    assert d.unit == "seeds"
+
+
+def test_sampling_a_real_drop_is_significant() -> None:
+    d = stratified_difference([(20, 32, 10, 32)] * 8, margin=0.03)
+    assert d.answer is QualityAnswer.DROP
+    assert d.estimate == pytest.approx(-10 / 32)
+    assert d.high < 0
+
+
+def test_sampling_few_seeds_are_not_enough() -> None:
+    d = stratified_difference([(16, 32, 16, 32)] * 4, margin=0.03)
+    assert d.answer is QualityAnswer.UNDECIDED
+    assert d.needed is not None
+    assert d.needed > 32
+    assert "not enough samples" in d.sentence
+
+
+def _simulate(p_base: float, p_spec: float, seeds: int, prompts: int, reps: int) -> list[str]:
+    rng = np.random.default_rng(7)
+    answers = []
+    for _ in range(reps):
+        xb = rng.binomial(seeds, p_base, prompts)
+        xs = rng.binomial(seeds, p_spec, prompts)
+        strata = [(int(b), seeds, int(s), seeds) for b, s in zip(xb, xs, strict=True)]
+        answers.append(stratified_difference(strata, margin=0.05).answer.value)
+    return answers
+
+
+def test_tost_claims_equivalence_at_the_margin_at_most_alpha_of_the_time() -> None:
+    """The level: a true drop exactly at the margin is called 'no loss' <= 5 % of the time."""
+    answers = _simulate(0.5, 0.45, seeds=200, prompts=10, reps=400)
+    rate = answers.count("no-loss") / len(answers)
+    assert rate <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 400)
+
+
+def test_tost_has_its_stated_power_at_the_seeds_it_asks_for() -> None:
+    probe = stratified_difference([(16, 32, 16, 32)] * 10, margin=0.05)
+    assert probe.needed is not None
+    answers = _simulate(0.5, 0.5, seeds=probe.needed, prompts=10, reps=200)
+    assert answers.count("no-loss") / len(answers) >= 0.7
+
+
+def _s(
+    prompt: str, b: Outcome, s: Outcome, seed: int | None = None, label: str = ""
+) -> GradedSample:
+    return GradedSample(prompt, prompt.split("/")[0], seed, b, s, label or None)
+
+
+def test_quality_lists_flips_with_labels_and_leaves_out_grader_errors() -> None:
+    samples = [
+        _s("code/a", P, F, label="numeric-drift"),
+        _s("code/b", F, P, label="numeric-drift"),
+        _s("code/c", P, P),
+        _s("reasoning/d", P, F, label="sampler-bug"),
+        _s("reasoning/e", E, E),
+    ]
+    q = quality(samples, temp0=True)
+    assert q is not None
+    assert [(f.prompt, f.worse, f.label) for f in q.flips] == [
+        ("code/a", True, "numeric-drift"),
+        ("code/b", False, "numeric-drift"),
+        ("reasoning/d", True, "sampler-bug"),
+    ]
+    assert (q.total.baseline.passed, q.total.speculative.passed, q.total.baseline.n) == (3, 2, 4)
+    assert (q.total.worse, q.total.better) == (2, 1)
+    assert [s.suite for s in q.suites] == ["code", "reasoning"]
+    assert q.errors == (("reasoning/e", "grader error"),)
+    assert q.line.startswith("quality: 3/4 baseline vs 2/4 speculative pass; 2 got worse, 1 better")
+    assert "(numeric-drift, sampler-bug)" in q.line
+    assert "1 ungradable" in q.line
+
+
+def test_quality_in_sampling_mode_has_per_prompt_rates() -> None:
+    samples = [_s("code/a", P, P if i % 2 else F, seed=i + 1) for i in range(10)]
+    q = quality(samples, temp0=False)
+    assert q is not None
+    assert not q.flips
+    (p,) = q.prompts
+    assert (p.baseline.passed, p.speculative.passed, p.baseline.n) == (10, 5, 10)
+    assert q.total.mcnemar_p is None
+    assert q.total.difference.answer is QualityAnswer.DROP
+
+
+def test_nothing_graded_is_none_and_a_bad_margin_is_refused() -> None:
+    assert quality([], temp0=True) is None
+    assert quality([_s("code/a", E, P)], temp0=True) is None
+    with pytest.raises(ValueError, match="quality margin 0"):
+        quality([_s("code/a", P, P)], temp0=True, margin_points=0)
+
+
+def test_samples_from_records_reads_grades_and_labels() -> None:
+    records = [
+        {
+            "suite": "code",
+            "prompt_id": "a",
+            "seed": None,
+            "grades": {
+                "baseline": {"outcome": "pass", "reason": "ok"},
+                "speculative": {"outcome": "error", "reason": "invalid grader: x"},
+            },
+            "verdict": {"label": "equivalent"},
+        },
+        {"suite": "code", "prompt_id": "b", "seed": None},  # not graded
+    ]
+    (s,) = samples_from_records(records)
+    assert (s.prompt, s.baseline, s.speculative, s.label) == ("code/a", P, E, "equivalent")
+    assert s.error == "invalid grader: x"
