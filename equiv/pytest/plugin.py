@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
-from _pytest import junitxml  # xml_key: pytest's own handle on the --junitxml writer
 
 if TYPE_CHECKING:
     from equiv.options import Option
@@ -383,7 +382,7 @@ class _Reporter:
         self.problems = problems(self.checks, s.policy)
         if self.problems and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        xml = session.config.stash.get(junitxml.xml_key, None)
+        xml = _junit_writer(session.config)
         if xml is not None:  # CI that reads only the XML sees why the session failed
             for problem in self.problems:
                 xml.add_global_property("equiv_session_failure", problem)
@@ -404,3 +403,16 @@ class _Reporter:
                 terminalreporter.write_line(f"equiv fails the session: {problem}", red=True)
             for line in self.written:
                 terminalreporter.write_line(f"equiv report: {line}")
+
+
+def _junit_writer(config: pytest.Config) -> Any:
+    """pytest's --junitxml writer, when one is active. Its stash key lives in a private module:
+    imported here, only at a session's end with equiv checks, and tolerated if it moves."""
+    if not config.getoption("xmlpath", None):
+        return None
+    try:
+        from _pytest import junitxml
+    except ImportError:  # pragma: no cover - a pytest that reorganised its private modules
+        return None
+    key = getattr(junitxml, "xml_key", None)
+    return None if key is None else config.stash.get(key, None)
