@@ -32,6 +32,15 @@ class Prompt:
     messages: tuple[tuple[str, str], ...] | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
     tags: tuple[str, ...] = field(default=())
+    # The grader spec as canonical JSON (prompts/README.md, "Graded prompts"), or None; kept as
+    # text so a prompt stays hashable. `equiv.verdicts.graders` parses it when grading, so a bad
+    # spec fails each sample with its reason instead of the whole run.
+    grader: str | None = None
+
+    @property
+    def grader_spec(self) -> Any:
+        """The grader spec as JSON data, or None for an ungraded prompt."""
+        return None if self.grader is None else json.loads(self.grader)
 
     @property
     def key(self) -> str:
@@ -52,6 +61,8 @@ class Prompt:
         if self.messages is not None:
             data["messages"] = [{"role": r, "content": c} for r, c in self.messages]
         data["tags"] = list(self.tags)
+        if self.grader is not None:
+            data["grader"] = self.grader_spec
         return data
 
     @classmethod
@@ -90,6 +101,9 @@ class Prompt:
             messages=msgs,
             max_tokens=max_tokens,
             tags=tuple(tags),
+            grader=None
+            if data.get("grader") is None
+            else json.dumps(data["grader"], sort_keys=True, ensure_ascii=False),
         )
 
 
