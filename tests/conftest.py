@@ -95,6 +95,17 @@ def make_gguf(tmp_path: Path) -> MakeGGUF:
 
 # -- the real default model pair (tests marked `model`) -------------------------------------------
 
+#: Fixtures that load or build the real default pair: a test using any of them, directly or
+#: through another fixture, is marked `model`, so ``pytest -m "not model"`` never loads a model.
+MODEL_FIXTURES = frozenset({"model_pair", "temp0_config", "engines", "real_models"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
 
 @pytest.fixture(scope="session")
 def model_pair() -> Any:
