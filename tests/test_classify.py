@@ -91,6 +91,18 @@ def test_a_smaller_context_on_one_path_is_a_misconfiguration(model_pair, tmp_pat
     assert verdict_of(records[0]).label is Label.MISCONFIGURATION
 
 
+def test_the_reference_engine_applies_per_path_settings(model_pair, tmp_path):
+    config = RunConfig(
+        target=model_pair.target,
+        draft=model_pair.draft,
+        max_tokens=4,
+        spec_overrides=(("n_ctx", 1024),),
+    )
+    header, records = _run(config, "reference", tmp_path, ["code/fib_lt"])
+    assert header["fingerprints"]["speculative"]["n_ctx"] == 1024
+    assert verdict_of(records[0]).label is Label.MISCONFIGURATION
+
+
 def _served(tokens, alternatives):
     """A generation as the server engine records it: top-k log-probabilities, no rows."""
     return Generation(

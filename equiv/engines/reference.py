@@ -62,6 +62,7 @@ class ReferenceEngine(LlamaCppEngine):
     )
 
     def __init__(self, config: RunConfig, *, rule: Rule = Rule.CORRECT) -> None:
+        config = config.for_path(speculative=True)  # a user's per-path settings apply here too
         if config.sampling.repeat_penalty != 1.0 or config.sampling.frequency_penalty != 0.0:
             raise ConfigError(
                 "the reference engine does not implement repetition penalties; "
