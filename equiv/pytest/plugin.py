@@ -41,6 +41,7 @@ __all__ = [
     "MODE_OPTION",
     "PROMPT_OPTION",
     "REPORT_OPTION",
+    "SESSION_ITEM",
     "SUITE_OPTION",
     "WARN_ON_OPTION",
     "EquivFailure",
@@ -62,6 +63,8 @@ WARN_ON_OPTION = "--equiv-warn-on"
 MAX_DRIFT_RATE_OPTION = "--equiv-max-drift-rate"
 #: ``--equiv-mode both`` runs every prompt at temp 0 and in sampling mode, on the same models.
 MODE_BOTH = "both"
+#: The test that fails when the session as a whole fails (a control, the drift rate).
+SESSION_ITEM = "equiv::session"
 _CHECKS_ATTR = "equiv_checks"  # the checks (plain data) a test report carries
 _IniType = Literal["bool", "linelist", "string"]
 
@@ -350,6 +353,8 @@ def pytest_runtest_makereport(
 def pytest_report_teststatus(
     report: pytest.TestReport, config: pytest.Config
 ) -> tuple[str, str, tuple[str, Mapping[str, bool]]] | None:
+    if report.nodeid == SESSION_ITEM and report.failed:  # after the progress line: no letter
+        return "failed", "", ("FAILED", {"red": True})
     checks = getattr(report, _CHECKS_ATTR, None) or ()
     labels = sorted({c["verdict"]["label"] for c in checks} - {"equivalent"})
     if labels and report.passed:
@@ -386,6 +391,8 @@ class _Reporter:
         if xml is not None:  # CI that reads only the XML sees why the session failed
             for problem in self.problems:
                 xml.add_global_property("equiv_session_failure", problem)
+        if self.problems:  # counted as a failed test: summary line, exit status, junit counts
+            _report_session_failure(session, self.problems)
         if s.report is not None:
             try:
                 self.written = [str(p) for p in write_results(self.checks, s.report)]
@@ -403,6 +410,26 @@ class _Reporter:
                 terminalreporter.write_line(f"equiv fails the session: {problem}", red=True)
             for line in self.written:
                 terminalreporter.write_line(f"equiv report: {line}")
+
+
+def _report_session_failure(session: pytest.Session, problems: Sequence[str]) -> None:
+    """The session's failure as the failed test ``equiv::session``, reported the way pytest
+    reports any test (set-up, call, teardown), so that the summary line, the exit status and
+    the junit counts all say the session failed, with the reason as its failure message."""
+    hook, location = session.config.hook, ("equiv", None, SESSION_ITEM)
+    text = "\n".join(f"equiv fails the session: {p}" for p in problems)
+    properties = [("equiv_session_failure", p) for p in problems]
+    for when, outcome in (("setup", "passed"), ("call", "failed"), ("teardown", "passed")):
+        report = pytest.TestReport(
+            SESSION_ITEM,
+            location,
+            {"equiv": 1},
+            outcome,  # type: ignore[arg-type]
+            text if outcome == "failed" else None,
+            when,  # type: ignore[arg-type]
+            user_properties=properties if outcome == "failed" else [],
+        )
+        hook.pytest_runtest_logreport(report=report)
 
 
 def _junit_writer(config: pytest.Config) -> Any:
