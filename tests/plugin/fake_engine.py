@@ -6,7 +6,9 @@ says so:
 
 - ``drift``: the speculative path's logits differ from the baseline's by 0.02 at a near tie, and
   each path emits its own argmax (what kernel differences do);
-- ``bug``: the speculative path emits the runner-up of its own logits (what a sampler bug does).
+- ``bug``: the speculative path emits the runner-up of its own logits (what a sampler bug does);
+- ``flaky``: the baseline path emits the runner-up on every other call (a nondeterministic engine:
+  the determinism control fails when this prompt runs first).
 
 Every factory call appends a line to ``$FAKE_ENGINE_LOG``, so a test can count model loads.
 """
@@ -35,11 +37,13 @@ class FakeEngine:
         self.config = config
         self.path = "speculative" if speculative else "baseline"
         self._kind: dict[tuple[int, ...], str] = {}
+        self._calls = 0
 
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
         tokens = [1, *(ord(c) % VOCAB for c in prompt.display)]
         words = prompt.display.split()
-        self._kind[tuple(tokens)] = next((w for w in ("drift", "bug") if w in words), "same")
+        kinds = ("drift", "bug", "flaky")
+        self._kind[tuple(tokens)] = next((w for w in kinds if w in words), "same")
         return tokens
 
     def generate(
@@ -52,19 +56,23 @@ class FakeEngine:
     ) -> Generation:
         kind = self._kind.get(tuple(prompt_tokens), "same")
         spec = self.path == "speculative"
+        self._calls += 1
+        flip = kind == "flaky" and not spec and self._calls % 2 == 0
         rows = np.zeros((max_tokens, VOCAB), dtype=np.float32)
         tokens = []
         for k in range(max_tokens):
             best, second = 3 + k % 10, 4 + k % 10
             rows[k, best], rows[k, second] = 5.0, 1.0
             pick = best
-            if k == AT and kind != "same":
+            if k == AT and kind in ("drift", "bug"):
                 rows[k, second] = 4.99
                 if spec and kind == "drift":
                     rows[k, best], rows[k, second] = 4.99, 5.01
                     pick = second
                 elif spec:
                     pick = second
+            if k == AT and flip:
+                pick = second
             tokens.append(pick)
         steps = (DraftStep(0, max_tokens, max_tokens),) if spec else ()
         return Generation(

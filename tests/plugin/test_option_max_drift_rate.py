@@ -1,10 +1,11 @@
-"""--equiv-max-drift-rate: the session fails when too many checks are numeric-drift."""
+"""--equiv-max-drift-rate: the session fails when too many checks are numeric-drift, and says so
+everywhere CI looks: the summary line, the exit status, the junit counts (``equiv::session``)."""
 
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from equiv.pytest.plugin import FAIL_ON_OPTION, MAX_DRIFT_RATE_OPTION
+from equiv.pytest.plugin import FAIL_ON_OPTION, MAX_DRIFT_RATE_OPTION, SESSION_ITEM
 
 pytest_plugins = ["pytester"]
 
@@ -13,17 +14,49 @@ def test_the_session_fails_exactly_when_drift_exceeds_the_rate(project):
     result = project.pytester.runpytest(
         *project.args, f"{FAIL_ON_OPTION}=", MAX_DRIFT_RATE_OPTION, "0", "--junitxml=junit.xml"
     )
-    labels = [project.label(r) for r in project.calls(result).values()]
-    result.assert_outcomes(passed=3)
+    calls = project.calls(result)
+    labels = [project.label(r) for k, r in calls.items() if k != SESSION_ITEM]
     drift = labels.count("numeric-drift")
+    suite = ET.parse(project.pytester.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
     if drift:  # whatever the classifier called the fake divergence, the rule must hold
         assert result.ret == pytest.ExitCode.TESTS_FAILED
-        result.stdout.fnmatch_lines(["equiv fails the session: numeric-drift on * is above *"])
-        assert any("numeric-drift on" in p for p in _session_failures(project))  # CI sees it too
+        result.assert_outcomes(passed=3, failed=1)
+        result.stdout.fnmatch_lines(
+            [
+                "equiv fails the session: numeric-drift on * is above *",
+                f"FAILED {SESSION_ITEM} - equiv fails the session: numeric-drift on *",
+                "*= 1 failed, 3 passed in *",
+            ]
+        )
+        assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "0")
+        case = _cases(project)["equiv::session"]
+        failure = case.find("failure")
+        assert failure is not None
+        assert failure.get("message", "").startswith("equiv fails the session: numeric-drift on ")
+        assert any("numeric-drift on" in p for p in _session_failures(project))  # and a property
     else:
         assert result.ret == pytest.ExitCode.OK
+        result.assert_outcomes(passed=3)
+        assert SESSION_ITEM not in calls
         assert "equiv fails the session" not in result.stdout.str()
         assert _session_failures(project) == []
+        assert (suite.get("tests"), suite.get("failures")) == ("3", "0")
+
+
+def test_verbose_names_the_failed_session_once(project):
+    result = project.pytester.runpytest(
+        *project.args, "-v", f"{FAIL_ON_OPTION}=", MAX_DRIFT_RATE_OPTION, "0"
+    )
+    if "numeric-drift" not in result.stdout.str():  # pragma: no cover - classifier's call
+        pytest.skip("the fake divergence was not called numeric-drift")
+    assert result.stdout.str().count(f"{SESSION_ITEM} FAILED") == 1
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def _cases(project):
+    root = ET.parse(project.pytester.path / "junit.xml").getroot()
+    return {f"{c.get('classname')}::{c.get('name')}": c for c in root.iter("testcase")}
 
 
 def _session_failures(project):
