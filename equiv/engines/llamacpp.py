@@ -11,11 +11,9 @@ deployments; equiv compares them as deployed and lets the classifier measure the
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import llama_cpp
@@ -28,33 +26,17 @@ from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.errors import EngineError, ModelError
 from equiv.models.gguf import read_gguf_info
+from equiv.models.quiet import quiet_stderr
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
 
-__all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine", "quiet_stderr"]
+__all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine"]
 
 # GGUF files without tokenizer.chat_template get llama.cpp's built-in template of their family,
 # as llama.cpp itself would pick it (llama_chat_apply_template accepts these names).
 _BUILTIN_TEMPLATES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama3"}
 # llama.cpp's draft sampler keeps the top 10 before it reads p (common/speculative.cpp).
 _DRAFT_TOP_N = 10
-
-
-@contextlib.contextmanager
-def quiet_stderr() -> Iterator[None]:
-    """llama.cpp prints model-loading chatter on fd 2; keep the terminal for equiv's own output."""
-    try:
-        saved = os.dup(2)
-    except OSError:  # pragma: no cover - no fd 2
-        yield
-        return
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
 
 
 def _load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any) -> Any:

@@ -77,7 +77,7 @@ def derive_draft(source: ModelSpec, quant: str = DEFAULT_DRAFT_QUANT) -> ModelSp
             "or pip install 'equiv[local]'"
         ) from None
 
-    from equiv.engines.llamacpp import quiet_stderr
+    from equiv.models.quiet import quiet_stderr
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".tmp{os.getpid()}")

@@ -1,0 +1,99 @@
+"""The package's shape: a curated public API, a light ``import equiv``, imports that point down
+the pipeline (config -> models -> engines -> verdicts -> run -> report -> cli/pytest)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import equiv
+
+PACKAGE = Path(equiv.__file__).parent
+# The pipeline's stages, lowest first: a module may import its own stage and those below.
+STAGES = {
+    "errors": 0,
+    "config": 1,
+    "prompts": 1,
+    "records": 1,
+    "options": 2,
+    "models": 2,
+    "engines": 3,
+    "verdicts": 4,
+    "run": 5,
+    "report": 6,
+    "cli": 7,
+    "pytest": 7,
+}
+# The reference engine samples with the very chain math the verdicts test against: one
+# definition of the sampler chain, by design.
+ALLOWED = {("engines", "equiv.verdicts.chain")}
+
+
+def _stage(module: str) -> str:
+    return module.split(".")[1]
+
+
+def _imports() -> list[tuple[str, str]]:
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        module = ".".join(rel.parts).removesuffix(".__init__")
+        if module.count(".") == 0 or module == "equiv.__main__":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("equiv."):
+                found.append((module, str(node.module)))
+            elif isinstance(node, ast.Import):
+                found += [(module, a.name) for a in node.names if a.name.startswith("equiv.")]
+    return found
+
+
+def test_every_import_points_down_the_pipeline():
+    imports = _imports()
+    assert len(imports) > 100  # the walk found the package's imports
+    upward = [
+        f"{source} imports {target}"
+        for source, target in imports
+        if STAGES[_stage(target)] > STAGES[_stage(source)]
+        and (_stage(source), target) not in ALLOWED
+    ]
+    assert upward == []
+
+
+def test_the_engine_contract_imports_no_engine():
+    contract = [t for s, t in _imports() if s == "equiv.engines.base"]
+    assert contract
+    assert not [t for t in contract if t.startswith("equiv.engines.")]
+
+
+@pytest.mark.parametrize("name", equiv.__all__)
+def test_every_public_name_resolves(name):
+    assert getattr(equiv, name) is not None
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'Runner'"):
+        _ = equiv.Runner  # type: ignore[attr-defined]
+
+
+def test_import_equiv_loads_no_heavy_dependency():
+    code = (
+        "import sys, equiv; "
+        "print(sorted(m for m in ('numpy', 'scipy', 'jinja2', 'rich', 'llama_cpp') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["equiv.cli.diagnose", "equiv.pytest.plugin", "equiv.run.execute", "equiv.engines"],
+)
+def test_each_entry_module_imports_on_its_own(module):
+    """No import cycle: each module imports first in a fresh interpreter."""
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
