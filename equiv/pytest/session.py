@@ -95,12 +95,18 @@ class Check:
         not, see `Policy.judge`)."""
         return self.verdict.equivalent
 
-    def __str__(self) -> str:
+    @property
+    def explanation(self) -> str:
+        """The full explanation: label and reason, the first divergence, the evidence."""
         return "\n".join(describe(self.verdict, self.record))
 
+    def __str__(self) -> str:
+        return self.explanation
+
     def __repr__(self) -> str:
-        div = divergence_line(self.record)
-        return f"<equiv {self.key}: {self.label}: {self.reason}{'; ' + div if div else ''}>"
+        # Short on purpose: pytest cuts an assertion message's repr at 240 characters, so the
+        # plugin prints the explanation in full under a failing test instead (and str() has it).
+        return f"<equiv {self.key}: {self.label} (evidence: str(check))>"
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
