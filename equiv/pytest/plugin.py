@@ -344,10 +344,31 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     checks = item.stash.get(_CHECKS, None)
+    if checks and report.failed and not isinstance(item, EquivItem):
+        _explain(report, checks, call.excinfo)
     if checks:  # plain data, so pytest-xdist carries them from a worker to the controller
         setattr(report, _CHECKS_ATTR, list(checks))
         checks.clear()
     return report
+
+
+def _explain(
+    report: pytest.TestReport,
+    checks: Sequence[Mapping[str, Any]],
+    excinfo: pytest.ExceptionInfo[BaseException] | None,
+) -> None:
+    """A failing test that used ``equiv_check`` shows each check that is not equivalent in full,
+    under its own heading, unless the failure message already holds it (``assert ..., check``
+    gives pytest the repr, which it cuts at 240 characters)."""
+    from equiv.pytest.session import Check
+
+    message = str(excinfo.value) if excinfo is not None else ""
+    add = getattr(report.longrepr, "addsection", None)
+    for data in checks:
+        check = Check.from_dict(data)
+        shown = all(line.strip() in message for line in check.explanation.splitlines())
+        if add is not None and not check.equivalent and not shown:
+            add(f"equiv: {check.key}", check.explanation)
 
 
 def pytest_report_teststatus(
