@@ -351,6 +351,17 @@ def verdict_lines(
         if acc < 0.6 and draft_max > 4:
             line += "; try --draft-max 4"
         lines.append(line)
+    # The last line answers the user's question: did quality drop, by how much at most (at the
+    # user's temperature when they sample, else at temp 0).
+    graded = [q for s in (sampling, temp0) if s is not None for q in s.quality]
+    if graded:
+        lines.extend(q.line for q in reversed(graded))
+        lines.append(graded[0].answer_line)
+    else:
+        lines.append(
+            "did quality drop? not measured: none of these prompts carries a grader "
+            "(the built-in suites do; prompts/README.md, Graded prompts)"
+        )
     return lines
 
 

@@ -154,6 +154,7 @@ def _read_settings(config: pytest.Config) -> _Settings:
             fail_on=frozenset(Label(x) for x in merged["fail_on"]),
             warn_on=frozenset(Label(x) for x in merged["warn_on"]),
             max_drift_rate=merged["max_drift_rate"],
+            fail_on_quality_drop=bool(merged["fail_on_quality_drop"]),
         )
     except (ValueError, EquivError) as exc:
         labels = ", ".join(label.value for label in Label)

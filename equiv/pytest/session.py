@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from equiv.engines.base import Engine
 from equiv.errors import ConfigError, EquivError
@@ -25,6 +25,10 @@ from equiv.prompts import Prompt
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.labels import Label, Verdict, verdict_of
+from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
+
+if TYPE_CHECKING:
+    from equiv.verdicts.summary import Summary
 
 __all__ = [
     "Check",
@@ -47,6 +51,7 @@ class Policy:
     fail_on: frozenset[Label] = frozenset({Label.SAMPLER_BUG, Label.MISCONFIGURATION})
     warn_on: frozenset[Label] = frozenset()
     max_drift_rate: float | None = None
+    fail_on_quality_drop: bool = False  # graded prompts pass significantly less on speculative
 
     def __post_init__(self) -> None:
         rate = self.max_drift_rate
@@ -274,7 +279,30 @@ def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
             f"numeric-drift on {drift} of {len(checks)} check(s) ({drift / len(checks):.2f}) "
             f"is above the allowed rate {rate}"
         )
+    if policy.fail_on_quality_drop:
+        for mode, summary in _summaries(checks).items():
+            if summary.quality_drop:
+                found.extend(
+                    f"{mode}: graded prompts pass significantly less often with the draft; {line}"
+                    for line in summary.quality_lines
+                )
     return found
+
+
+def _summaries(checks: Sequence[Check]) -> dict[str, Summary]:
+    """Each mode's run summary, from its checks' records (the quality margin from the header)."""
+    from equiv.verdicts.summary import summarize
+
+    out = {}
+    for mode in sorted({c.mode for c in checks}):
+        group = [c for c in checks if c.mode == mode]
+        margin = (group[0].header.get("config") or {}).get("quality_margin", DEFAULT_MARGIN_POINTS)
+        out[mode] = summarize(
+            [r for c in group for r in c.records],
+            [e for c in group for e in c.events],
+            quality_margin=float(margin),
+        )
+    return out
 
 
 def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
@@ -305,17 +333,14 @@ def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
 
 
 def summary_lines(checks: Sequence[Check]) -> list[str]:
-    """The session's end in a few lines: label counts, controls, each mode's conclusion."""
-    from equiv.verdicts.summary import summarize
-
+    """The session's end in a few lines: label counts, controls, each mode's conclusion and,
+    where prompts were graded, its quality line."""
     counts = Counter(c.label.value for c in checks)
     lines = ["labels: " + ", ".join(f"{n} {label}" for label, n in counts.items())]
-    for mode in sorted({c.mode for c in checks}):
-        group = [c for c in checks if c.mode == mode]
-        events = [e for c in group for e in c.events]
-        for e in events:
+    for mode, summary in _summaries(checks).items():
+        for e in summary.events:
             lines.append(f"control {e['event']}: {'ok' if e['ok'] else 'FAILED'} - {e['detail']}")
-        lines.append(
-            f"{mode}: {summarize([r for c in group for r in c.records], events).conclusion}"
-        )
+        lines.append(f"{mode}: {summary.conclusion}")
+        if summary.quality:
+            lines.extend(f"{mode}: {line}" for line in summary.quality_lines)
     return lines

@@ -60,17 +60,18 @@ class QualityView:
     note: str  # shown when nothing was graded
 
 
-def _rate(r: Rate) -> str:
+def _rate(r: Rate, alpha: float) -> str:
     if not r.n:
         return "-"
-    return f"{r.passed}/{r.n} ({100 * r.value:.1f} %, CI {100 * r.low:.0f}-{100 * r.high:.0f})"
+    level = f"{100 * (1 - 2 * alpha):g} % CI"
+    return f"{r.passed}/{r.n} ({100 * r.value:.1f} %, {level} {100 * r.low:.0f}-{100 * r.high:.0f})"
 
 
 def _row(s: SuiteQuality, temp0: bool) -> RateRow:
     return RateRow(
         name=s.suite,
-        baseline=_rate(s.baseline),
-        speculative=_rate(s.speculative),
+        baseline=_rate(s.baseline, s.difference.alpha),
+        speculative=_rate(s.speculative, s.difference.alpha),
         worse=s.worse if temp0 else None,
         better=s.better if temp0 else None,
         mcnemar_p="-" if s.mcnemar_p is None else f"{s.mcnemar_p:.3g}",
@@ -97,6 +98,7 @@ def _section(
     q: Quality, title: str, anchors: Mapping[str, str], reasons: Mapping[str, Any]
 ) -> QualitySection:
     rows = (*(_row(s, q.temp0) for s in q.suites), _row(q.total, q.temp0))
+    alpha = q.total.difference.alpha
     if q.temp0:
         names = [s.suite for s in q.suites]
         rates = [(s.baseline.value, s.speculative.value) for s in q.suites]
@@ -117,7 +119,9 @@ def _section(
         drop=q.total.difference.significant_drop,
         rows=rows,
         prompts=tuple(
-            RateRow(p.prompt, _rate(p.baseline), _rate(p.speculative), None, None, "-", "")
+            RateRow(
+                p.prompt, _rate(p.baseline, alpha), _rate(p.speculative, alpha), None, None, "-", ""
+            )
             for p in q.prompts
         ),
         flips=tuple(

@@ -323,6 +323,36 @@ class Quality:
     errors: tuple[tuple[str, str], ...]  # (sample, reason) the grader could not judge
 
     @property
+    def answer_line(self) -> str:
+        """Did quality drop, and by how much at most: the user's question in one line."""
+        t, d = self.total, self.total.difference
+        worst = 100 * max(0.0, -d.low)
+        conf = f"{100 * (1 - d.alpha):g} %"
+        rates = (
+            f"pass rate {100 * t.baseline.value:.1f} % without the draft, "
+            f"{100 * t.speculative.value:.1f} % with it ({t.baseline.n} graded samples)"
+        )
+        answer = d.answer
+        if answer is QualityAnswer.DROP:
+            head = (
+                f"yes, by {-100 * d.estimate:.1f} points (by at most {worst:.1f} points, at {conf})"
+            )
+        elif answer is QualityAnswer.NO_LOSS:
+            head = (
+                f"no: any drop is under {worst:.1f} points, within the "
+                f"{100 * d.margin:g}-point margin, at {conf}"
+            )
+        elif answer is QualityAnswer.RISE:
+            head = f"no: it rose by {100 * d.estimate:.1f} points"
+        else:
+            more = f"; about {d.needed} {d.unit} would tell" if d.needed else ""
+            head = (
+                f"not significantly, but a drop of up to {worst:.1f} points is not ruled out "
+                f"at {conf}{more}"
+            )
+        return f"did quality drop? {head}; {rates}"
+
+    @property
     def line(self) -> str:
         """The one-line quality summary printed by the terminal, diagnose and the report."""
         t = self.total
