@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from equiv.verdicts.graders import (
@@ -178,3 +183,30 @@ def test_grade_pair_records_both_paths() -> None:
     assert pair["baseline"]["outcome"] == "pass"
     assert pair["speculative"]["outcome"] == "fail"
     assert pair["speculative"]["reason"].startswith("not valid Python")
+
+
+# -- on the real model: grades recorded, the quality line printed, the report's section ------------
+
+
+@pytest.mark.model
+def test_a_graded_run_records_grades_and_prints_the_quality_line(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    keys = ["code/py_is_palindrome", "code/py_clamp", "reasoning/fill_mul"]
+    argv = [sys.executable, "-m", "equiv", "run", "--out", str(out), "--quality-margin", "10"]
+    for key in keys:
+        argv += ["--prompt", key]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    results = [r for r in lines if r["kind"] == "result"]
+    assert sorted(f"{r['suite']}/{r['prompt_id']}" for r in results) == sorted(keys)
+    for r in results:
+        for path in ("baseline", "speculative"):
+            assert r["grades"][path]["outcome"] in ("pass", "fail"), r["grades"]
+            assert r["grades"][path]["reason"]
+    assert lines[0]["config"]["quality_margin"] == 10
+    passed = sum(r["grades"]["baseline"]["outcome"] == "pass" for r in results)
+    assert f"quality: {passed}/3 baseline vs " in " ".join(proc.stdout.split())
+    html = (out / "report.html").read_text()
+    assert "Does the difference matter?" in html
+    assert "pass rate per suite" in html

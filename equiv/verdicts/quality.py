@@ -57,6 +57,7 @@ __all__ = [
     "samples_from_records",
     "stratified_difference",
     "units_needed",
+    "units_to_detect",
     "wilson",
 ]
 
@@ -143,6 +144,12 @@ class Difference:
     power: float  # of the TOST at a true difference of 0
     needed: int | None  # units (prompts or seeds per prompt) for TARGET_POWER; None if reached
     unit: str  # "prompts" or "seeds"
+    units: int = 0  # how many of them the data had (seeds: the fewest of any prompt)
+
+    @property
+    def to_detect(self) -> int | None:
+        """Units at which a change as large as this estimate would be significant (80 %)."""
+        return units_to_detect(self.estimate, self.se, self.units, self.alpha)
 
     @property
     def answer(self) -> QualityAnswer:
@@ -196,6 +203,7 @@ class Difference:
             "power": self.power,
             "needed": self.needed,
             "unit": self.unit,
+            "units": self.units,
             "answer": self.answer.value,
         }
 
@@ -216,6 +224,18 @@ def units_needed(
         return None
     z = float(stats.norm.ppf(1 - alpha) + stats.norm.ppf(1 - (1 - power) / 2))
     return max(units + 1, math.ceil(units * (z * se / margin) ** 2))
+
+
+def units_to_detect(
+    estimate: float, se: float, units: int, alpha: float, power: float = TARGET_POWER
+) -> int | None:
+    """Units (prompts or seeds per prompt) at which a true change of ``estimate`` is found
+    significant by the one-sided test at ``alpha`` with ``power``, scaling the standard error
+    by ``1 / sqrt(units)``; None for no change."""
+    if estimate == 0 or se <= 0:
+        return None
+    z = float(stats.norm.ppf(1 - alpha) + stats.norm.ppf(power))
+    return max(1, math.ceil(units * (z * se / abs(estimate)) ** 2))
 
 
 def _difference(
@@ -239,6 +259,7 @@ def _difference(
         power=_tost_power(se, margin, alpha),
         needed=units_needed(se, units, margin, alpha),
         unit=unit,
+        units=units,
     )
 
 
