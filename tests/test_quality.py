@@ -17,6 +17,7 @@ from equiv.verdicts.quality import (
     samples_from_records,
     stratified_difference,
     units_needed,
+    units_to_detect,
     wilson,
 )
 
@@ -185,3 +186,68 @@ def test_samples_from_records_reads_grades_and_labels() -> None:
     (s,) = samples_from_records(records)
     assert (s.prompt, s.baseline, s.speculative, s.label) == ("code/a", P, E, "equivalent")
     assert s.error == "invalid grader: x"
+
+
+def test_answer_line_says_whether_and_by_how_much_at_most() -> None:
+    drop = quality([_s(f"code/{i}", P, F, label="sampler-bug") for i in range(8)], temp0=True)
+    assert drop is not None
+    assert drop.answer_line.startswith("did quality drop? yes, by 100.0 points (by at most")
+    same = quality([_s(f"code/{i}", P, P) for i in range(4)], temp0=True)
+    assert same is not None
+    line = same.answer_line
+    assert line.startswith("did quality drop? not significantly, but a drop of up to ")
+    assert "prompts would tell" in line
+
+
+def test_units_to_detect_an_observed_change() -> None:
+    assert units_to_detect(0.0, 0.05, 16, 0.05) is None
+    n = units_to_detect(-0.1, 0.05, 16, 0.05)
+    assert n is not None
+    # at n units the one-sided test has 80 % power for a change of 0.1
+    se_n = 0.05 * math.sqrt(16 / n)
+    assert 0.1 / se_n >= 1.6448536 + 0.8416212 - 1e-6
+
+
+def _record(key: str, base: str, spec: str, label: str) -> dict[str, object]:
+    gen = {"tokens": [1, 2], "t_decode_s": 0.1, "draft_steps": []}
+    suite, pid = key.split("/")
+    return {
+        "key": f"{key}::temp0",
+        "suite": suite,
+        "prompt_id": pid,
+        "mode": "temp0",
+        "seed": None,
+        "comparison": {"identical": base == spec},
+        "baseline": dict(gen),
+        "speculative": dict(gen),
+        "verdict": {"label": label, "reason": "r"},
+        "grades": {
+            "baseline": {"outcome": base, "reason": ""},
+            "speculative": {"outcome": spec, "reason": ""},
+        },
+    }
+
+
+def test_the_plugin_session_fails_on_a_significant_drop_only_when_asked() -> None:
+    from equiv.pytest.session import Check, Policy, problems, summary_lines
+    from equiv.verdicts.labels import verdict_of
+
+    def check(record: dict[str, object]) -> Check:
+        return Check(
+            key=str(record["key"]),
+            mode="temp0",
+            action="pass",
+            verdict=verdict_of(record),
+            record=record,
+            records=(record,),
+            header={"config": {"quality_margin": 3.0}},
+        )
+
+    worse = [check(_record(f"code/p{i}", "pass", "fail", "numeric-drift")) for i in range(6)]
+    assert problems(worse, Policy()) == []
+    (problem,) = problems(worse, Policy(fail_on_quality_drop=True))
+    assert problem.startswith("temp0: graded prompts pass significantly less often with the draft")
+    assert "6/6 baseline vs 0/6 speculative pass; 6 got worse" in problem
+    assert any(line.startswith("temp0: quality: 6/6 baseline") for line in summary_lines(worse))
+    few = worse[:4]  # 4 flips: one-sided exact McNemar p = 1/16 > 0.05
+    assert problems(few, Policy(fail_on_quality_drop=True)) == []
