@@ -26,7 +26,13 @@ from equiv.run.plan import PlanItem, plan
 from equiv.verdicts.classify import classify_sampling, classify_temp0, fingerprint_differences
 from equiv.verdicts.compare import compare
 from equiv.verdicts.graders import grade_pair
-from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
+from equiv.verdicts.sampling_evidence import (
+    analyze_prompt,
+    chain_pit,
+    chain_score,
+    judgement_evidence,
+    top_k_rows,
+)
 from equiv.verdicts.stats import drift_metrics
 from equiv.verdicts.summary import summarize
 
@@ -215,16 +221,34 @@ class Runner:
             self._self_draft_control()
         return records
 
+    def _batcher(self) -> Engine:
+        """The engine that re-scores batched: the baseline where it can (a server: evidence
+        from the path not under test), else the speculative path (in process, only its context
+        evaluates batches as verification does)."""
+        batches = getattr(self.baseline, "rescores_batched", False)
+        return self.baseline if batches else self.speculative
+
     def _rescore(self, prompt: Sequence[int], tokens: Sequence[int], batched: bool) -> Any:
-        """The target's rows for ``tokens``: single-token on the baseline path, batched on the
-        speculative path (whose context evaluates batches as verification does)."""
-        engine = rescorer(self.speculative if batched else self.baseline)
+        """The target's rows for ``tokens``: single-token on the baseline path, batched on
+        `_batcher`."""
+        engine = rescorer(self._batcher() if batched else self.baseline)
         if engine is None:
             raise ConfigError("re-scoring asked of an engine that does not offer it")
         return engine.rescore(prompt, tokens, batched=batched)
 
     def _can_rescore(self) -> bool:
-        return rescorer(self.baseline) is not None and rescorer(self.speculative) is not None
+        return rescorer(self.baseline) is not None and rescorer(self._batcher()) is not None
+
+    def _rescore_cost(self, record: dict[str, Any]) -> None:
+        """Record what this item's re-scoring cost, for engines that count it (servers)."""
+        costs = [
+            take()
+            for engine in {id(e): e for e in (self.baseline, self.speculative)}.values()
+            if callable(take := getattr(engine, "take_rescore_cost", None))
+        ]
+        total = sum(costs[1:], costs[0]) if costs else None
+        if total is not None and total.requests:
+            record["rescore_cost"] = total.to_dict()
 
     def generate_pair(
         self, tokens: Sequence[int], *, seed: int | None, max_tokens: int
@@ -265,11 +289,16 @@ class Runner:
                 record, base, spec, differences=self.differences, rescore=rescore
             )
             record["verdict"] = verdict.to_dict()
+            self._rescore_cost(record)
             return record
         for gen, path in ((base, "baseline"), (spec, "speculative")):
-            if gen.logits is not None:
-                sampling = self.config.for_path(speculative=path == "speculative").sampling
-                record[path]["chain_pit"] = chain_pit(gen.logits, gen.tokens, sampling)
+            sampling = self.config.for_path(speculative=path == "speculative").sampling
+            rows = gen.logits
+            if rows is None and path == "baseline":  # a server: its top-K covers the chain
+                rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
+            if rows is not None:
+                record[path]["chain_pit"] = chain_pit(rows, gen.tokens, sampling)
+                record[path]["chain_score"] = chain_score(rows, gen.tokens, sampling)
         if spec.logits is not None and self.speculative.capabilities.judgements:
             sampling = self.config.for_path(speculative=True).sampling
             record["speculative"].update(
@@ -285,6 +314,10 @@ class Runner:
             record["speculative"]["target_pit"] = chain_pit(
                 target, spec.tokens, self.config.sampling
             )
+            record["speculative"]["target_score"] = chain_score(
+                target, spec.tokens, self.config.sampling
+            )
+        self._rescore_cost(record)
         return record
 
     def _analyze(self, items: Sequence[PlanItem]) -> list[dict[str, Any]]:

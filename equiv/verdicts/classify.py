@@ -8,24 +8,31 @@ template, sampler settings, library version), the two runs were not the same exp
 result is ``misconfiguration``, with each difference explained.
 
 Temperature 0, at the first divergent position d (tokens a from the baseline, b from the
-speculative path), with the target re-scored over the common prefix one token at a time (S) and
-in one batch (B), as plain decoding and draft verification evaluate it:
+speculative path). The target is evaluated over the baseline's first max(d + 1, 32) tokens one
+token at a time (S: the baseline's own rows, or re-scored) and in one batch (B, re-scored), as
+plain decoding and draft verification evaluate it. At every one of those positions j except d,
+drift moved the gaps between plausible candidates by ``M_j = max_c |(S_j[t] - S_j[c]) - (B_j[t]
+- B_j[c])|`` (t the top token of S_j, c its other top-8 candidates); the *calibrated bound* is
+2 x max_j M_j (`DriftBound`; not the whole row's largest difference, which sits in the tail of a
+large vocabulary and says nothing about the two tokens in question):
 
 - ``sampler-bug`` if the speculative path emitted b although its own row prefers another token
   (margin < -1e-4), or if the row it says it used is not the target's (max |Δlogit| from B_d above
-  max(4 x the S/B drift at d, 1.0) with a different argmax), or, without its rows, if the target
-  prefers a by more than batching can move a gap here (``S_d[a] - S_d[b] > 2 max|S_d - B_d|``) —
-  then no numeric drift explains b;
-- ``numeric-drift`` if each path emitted its own argmax and the gap it flipped is within what
-  kernel/batch differences move (``gap <= 2 max|logit difference|`` between the evaluation paths at
-  d): a near-tie;
-- ``inconclusive`` when neither rows nor re-scoring are available.
+  max(4 x the S/B drift at d, 1.0) with a different argmax), or if the target prefers a by more
+  than the calibrated bound (``S_d[a] - S_d[b] > bound``, B_d preferring a too): no numeric drift
+  explains b, with or without the speculative path's rows;
+- ``numeric-drift`` if the target's batched row itself prefers b, or the gap is within the
+  bound: a near-tie;
+- ``inconclusive`` when neither rows nor re-scoring are available, re-scoring failed, b lies
+  outside a server's recorded top-K by less than the bound, or fewer than 4 positions calibrate.
 
 Temperature > 0 from the tests of `equiv.verdicts.sampling_evidence` (Holm-adjusted within the
 prompt at the prompt's share alpha/P of the run's level):
 
-- ``sampler-bug`` if a sampler-consistency test (randomized PIT, or the top-token count) rejects
-  on either path (its tokens are not draws from its own logits and chain), or the logits the
+- ``sampler-bug`` if a sampler-consistency test (randomized PIT, the top-token count, or the
+  score test of the effective temperature) rejects on either path (its tokens are not draws from
+  its own logits and chain; over HTTP, the speculative samples are tested against the target's
+  rows re-scored on the baseline server, the baseline's against its own top-K), or the logits the
   speculative sampler used are not the target's (mean KL against the target's single-token
   re-scoring > 0.1 nats);
 - ``numeric-drift`` if only the two-sample tests reject;
@@ -37,11 +44,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from equiv.errors import EngineError
 from equiv.records import Generation
 from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.stats import min_detectable_w
@@ -49,16 +58,27 @@ from equiv.verdicts.stats import min_detectable_w
 __all__ = [
     "KL_NOT_TARGET",
     "MIN_POWER",
+    "DriftBound",
     "Rescorer",
     "classify_sampling",
     "classify_temp0",
+    "drift_bound",
     "fingerprint_differences",
+    "gap_movements",
     "run_verdict",
 ]
 
 MIN_POWER = 0.8
 KL_NOT_TARGET = 0.1
 OWN_ARGMAX_TOL = 1e-4
+# The calibrated temp-0 bound (`DriftBound`): plausible candidates are the single-token row's top
+# GAP_CANDIDATES; the baseline's first CALIBRATION_POSITIONS tokens (at least) are re-scored
+# batched; the bound is DRIFT_SAFETY x the largest gap movement seen, from MIN_CALIBRATION
+# positions up.
+GAP_CANDIDATES = 8
+CALIBRATION_POSITIONS = 32
+DRIFT_SAFETY = 2.0
+MIN_CALIBRATION = 4
 
 # Keys that differ between the paths by design.
 _EXPECTED = {"path", "logits_all", "draft_sha256", "draft_quant", "draft_config", "engine"}
@@ -180,24 +200,64 @@ def classify_temp0(
                 ev,
             )
         return Verdict(Label.INCONCLUSIVE, _without_rows(baseline, d, a, b, ev), ev)
-    prefix = [*baseline.tokens[:d], a]
-    # At temp 0 the baseline's own rows are the single-token re-scoring of this very prefix.
-    if baseline.logits is not None and d < baseline.logits.shape[0]:
-        single = baseline.logits[d].astype(np.float64)
+    try:
+        single_rows, batched_rows = _calibration_rows(baseline, d, rescore)
+    except EngineError as exc:
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"re-scoring the target at token {d} failed ({exc}); the generations are kept",
+            ev,
+        )
+    return _temp0_rule(d, a, b, used, single_rows, batched_rows, ev)
+
+
+def _calibration_rows(
+    baseline: Generation, d: int, rescore: Rescorer
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The target's single-token and batched rows over the baseline's first
+    ``max(d + 1, CALIBRATION_POSITIONS)`` tokens: position d and the positions that calibrate
+    what drift does to the gaps between candidates. Single-token rows are the baseline's own
+    (full rows, or the top-k it recorded) where it has them, else re-scored."""
+    n = min(len(baseline.tokens), max(d + 1, CALIBRATION_POSITIONS))
+    tokens = list(baseline.tokens[:n])
+    batched = np.asarray(rescore(baseline.prompt_tokens, tokens, True), dtype=np.float64)
+    if baseline.logits is not None and baseline.logits.shape[0] >= n:
+        single = baseline.logits[:n].astype(np.float64)
+    elif len(baseline.alternatives) >= n and all(alt.ids for alt in baseline.alternatives[:n]):
+        single = np.full(batched.shape, -np.inf)
+        for i, alt in enumerate(baseline.alternatives[:n]):
+            single[i, list(alt.ids)] = alt.logits
     else:
-        single = rescore(baseline.prompt_tokens, prefix, False)[d].astype(np.float64)
-    batched = rescore(baseline.prompt_tokens, prefix, True)[d].astype(np.float64)
-    drift_d = float(np.abs(single - batched).max())
-    gap_single = float(single[a] - single[b])
-    ev.update(
-        gap_single=round(gap_single, 6),
-        gap_batched=round(float(batched[a] - batched[b]), 6),
-        drift_at_divergence=round(drift_d, 6),
+        single = np.asarray(rescore(baseline.prompt_tokens, tokens, False), dtype=np.float64)
+    return single, batched
+
+
+def _temp0_rule(
+    d: int,
+    a: int,
+    b: int,
+    used: npt.NDArray[np.float32] | None,
+    single_rows: npt.NDArray[np.float64],
+    batched_rows: npt.NDArray[np.float64],
+    ev: dict[str, Any],
+) -> Verdict:
+    """The calibrated temp-0 rule at the divergence d (module docstring)."""
+    single, batched = single_rows[d], batched_rows[d]
+    both = np.isfinite(single) & np.isfinite(batched)
+    drift_d = float(np.abs(single[both] - batched[both]).max()) if both.any() else 0.0
+    gap_batched = float(batched[a] - batched[b])
+    calibration = drift_bound(
+        np.delete(gap_movements(single_rows, batched_rows), d) if len(single_rows) > 1 else []
     )
-    bound = 2 * drift_d
+    ev.update(
+        gap_batched=round(gap_batched, 6) if np.isfinite(gap_batched) else None,
+        drift_at_divergence=round(drift_d, 6),
+        drift_bound=None if calibration is None else calibration.to_dict(),
+        target_rows=_rows_evidence(single, batched, a, b),
+    )
     if used is not None:
         used64 = used.astype(np.float64)
-        deviation = float(np.abs(used64 - batched).max())
+        deviation = float(np.abs(used64[both] - batched[both]).max())
         ev["used_row_deviation"] = round(deviation, 6)
         if deviation > max(4 * drift_d, 1.0) and int(used.argmax()) != int(batched.argmax()):
             return Verdict(
@@ -207,21 +267,143 @@ def classify_temp0(
                 f"batching moves them by {drift_d:.3f} (a row read from the wrong position?)",
                 ev,
             )
-        bound = 2 * max(drift_d, float(np.abs(used64 - single).max()))
-    if gap_single <= bound + OWN_ARGMAX_TOL:
+    if not np.isfinite(single[b]):  # a server's row: b is not among its top K
+        floor = float(single[a] - single[np.isfinite(single)].min())
+        ev["gap_single"] = None
+        ev["gap_single_at_least"] = round(floor, 6)
+        if calibration is not None and floor > calibration.bound:
+            return Verdict(
+                Label.SAMPLER_BUG,
+                f"at token {d} the speculative token {b} is not among the target's top "
+                f"{int(np.isfinite(single).sum())} (single-token): the target prefers {a} by more "
+                f"than {floor:.4f}, beyond the {calibration.bound:.4f} that evaluation-path drift "
+                f"moves a gap between candidates here ({calibration.describe()})",
+                ev,
+            )
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"at token {d} the speculative token {b} is outside the target's recorded top "
+            f"{int(np.isfinite(single).sum())}; raise --top-k-record to see how far",
+            ev,
+        )
+    gap_single = float(single[a] - single[b])
+    ev["gap_single"] = round(gap_single, 6)
+    if gap_batched <= OWN_ARGMAX_TOL:
+        return Verdict(
+            Label.NUMERIC_DRIFT,
+            f"at token {d} the target itself, evaluated in a batch as verification does, prefers "
+            f"{b} (gap {gap_batched:.4f}) where single-token evaluation prefers {a} by "
+            f"{gap_single:.4f}: numeric drift between the evaluation paths",
+            ev,
+        )
+    if calibration is None:
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"at token {d} the target prefers {a} over {b} by {gap_single:.4f}, but the baseline "
+            f"has too few tokens (< {MIN_CALIBRATION} other positions) to calibrate what drift "
+            "does to such gaps; raise --max-tokens",
+            ev,
+        )
+    if gap_single <= calibration.bound + OWN_ARGMAX_TOL:
         return Verdict(
             Label.NUMERIC_DRIFT,
             f"near-tie at token {d}: the target prefers {a} over {b} by {gap_single:.4f} "
-            f"(single-token) and {ev['gap_batched']:.4f} (batched); evaluation-path differences "
-            f"move logits by up to {bound / 2:.4f} here",
+            f"(single-token) and {gap_batched:.4f} (batched), within the {calibration.bound:.4f} "
+            f"that evaluation-path drift moves a gap between candidates here "
+            f"({calibration.describe()})",
             ev,
         )
     return Verdict(
         Label.SAMPLER_BUG,
-        f"at token {d} the target prefers {a} over {b} by {gap_single:.4f}, beyond the "
-        f"{bound:.4f} that batching can move such a gap here; the speculative path should "
-        "not have emitted it",
+        f"at token {d} the target prefers {a} over {b} by {gap_single:.4f} (single-token) and "
+        f"{gap_batched:.4f} (batched), beyond the {calibration.bound:.4f} that evaluation-path "
+        f"drift moves a gap between candidates here ({calibration.describe()}); the speculative "
+        "path should not have emitted it",
         ev,
+    )
+
+
+def _rows_evidence(
+    single: npt.NDArray[np.float64], batched: npt.NDArray[np.float64], a: int, b: int
+) -> dict[str, Any]:
+    """The target's top candidates at the divergence, single-token and batched (evidence)."""
+
+    def top(row: npt.NDArray[np.float64]) -> list[list[float]]:
+        finite = np.flatnonzero(np.isfinite(row))
+        order = finite[np.argsort(-row[finite], kind="stable")][:GAP_CANDIDATES]
+        ids = [*order.tolist(), *(t for t in (a, b) if t not in order and np.isfinite(row[t]))]
+        return [[int(t), round(float(row[t]), 5)] for t in ids]
+
+    return {"single_token": top(single), "batched": top(batched)}
+
+
+@dataclass(frozen=True)
+class DriftBound:
+    """How far evaluation-path drift moves the gap between plausible candidates, calibrated on
+    the positions where the target was evaluated both single-token and batched.
+
+    ``bound`` is `DRIFT_SAFETY` x the largest movement seen; were the movement at the divergence
+    exchangeable with those at the calibration positions, it would exceed even the largest of
+    them with probability at most 1 / (positions + 1) (``exceed_at_most``).
+    """
+
+    bound: float
+    positions: int
+    max_movement: float
+    median_movement: float
+    exceed_at_most: float
+
+    def describe(self) -> str:
+        return (
+            f"{DRIFT_SAFETY:g} x the largest of {self.positions} top-{GAP_CANDIDATES} gap "
+            f"movements between single-token and batched rows, median {self.median_movement:.4f}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bound": round(self.bound, 6),
+            "positions": self.positions,
+            "max_movement": round(self.max_movement, 6),
+            "median_movement": round(self.median_movement, 6),
+            "exceed_at_most": round(self.exceed_at_most, 6),
+            "safety": DRIFT_SAFETY,
+            "candidates": GAP_CANDIDATES,
+        }
+
+
+def gap_movements(
+    single_rows: npt.ArrayLike, batched_rows: npt.ArrayLike, *, k: int = GAP_CANDIDATES
+) -> npt.NDArray[np.float64]:
+    """Per position j, how far evaluation-path drift moved the gaps between plausible
+    candidates: ``max_c |(S_j[t] - S_j[c]) - (B_j[t] - B_j[c])|`` over c among the top ``k`` of
+    the single-token row S_j (t its top token) that are known in both rows. NaN where no
+    candidate pair is known in both (rows a server knows only in part hold -inf)."""
+    single = np.asarray(single_rows, dtype=np.float64)
+    batched = np.asarray(batched_rows, dtype=np.float64)
+    out = np.full(single.shape[0], np.nan)
+    for j, (s, bt) in enumerate(zip(single, batched, strict=True)):
+        finite = np.flatnonzero(np.isfinite(s) & np.isfinite(bt))
+        if finite.size < 2:
+            continue
+        top = finite[np.argsort(-s[finite], kind="stable")][:k]
+        t = top[0]
+        out[j] = float(np.abs((s[t] - s[top[1:]]) - (bt[t] - bt[top[1:]])).max())
+    return out
+
+
+def drift_bound(movements: npt.ArrayLike) -> DriftBound | None:
+    """The `DriftBound` of these movements (NaN ignored); None below `MIN_CALIBRATION`."""
+    values = np.asarray(movements, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size < MIN_CALIBRATION:
+        return None
+    largest = float(values.max())
+    return DriftBound(
+        bound=DRIFT_SAFETY * largest,
+        positions=int(values.size),
+        max_movement=largest,
+        median_movement=float(np.median(values)),
+        exceed_at_most=1.0 / (values.size + 1),
     )
 
 
@@ -262,12 +444,17 @@ def classify_sampling(
                 ev,
             )
     for path in ("speculative", "baseline"):
-        for kind in ("top-token", "sampler-consistency"):
+        for kind in ("top-token", "sampler-consistency", "temperature"):
             test = _test(analysis, f"{kind}:{path}")
             if test is not None and test["p_adjusted"] < alpha:
+                source = (
+                    "its own logits"
+                    if has_logits or path == "baseline"
+                    else ("the target's logits (re-scored on the baseline server)")
+                )
                 return Verdict(
                     Label.SAMPLER_BUG,
-                    f"the {path} path's tokens are not draws from its own logits and sampler "
+                    f"the {path} path's tokens are not draws from {source} and the sampler "
                     f"chain ({kind} test: statistic {test['statistic']:.2f}, Holm-adjusted p = "
                     f"{test['p_adjusted']:.2g} < alpha {alpha:.2g}, n = {test['n']} tokens; "
                     f"{test['detail'].split(';')[0]})",
@@ -290,11 +477,18 @@ def classify_sampling(
             f"({names} reject at alpha {alpha:.2g}): the logits differ between the paths",
             ev,
         )
-    power_test = spec if has_logits else _test(analysis, "first-token:two-sample")
+    power_test = spec if spec is not None else _test(analysis, "first-token:two-sample")
     power = (power_test or {}).get("power") or 0.0
     n = (power_test or {}).get("n", 0)
     ev["power"] = power
-    what = "sampler-consistency" if has_logits else "first-token two-sample (no logits reported)"
+    temperature = _test(analysis, "temperature:speculative")
+    if temperature is not None:
+        ev["temperature_power"] = temperature["power"]
+    what = (
+        "sampler-consistency"
+        if spec is not None
+        else ("first-token two-sample (no logits reported, no re-scoring)")
+    )
     if power >= MIN_POWER:
         return Verdict(
             Label.EQUIVALENT,

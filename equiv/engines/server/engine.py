@@ -19,6 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.engines.server.api import (
@@ -37,6 +40,7 @@ from equiv.engines.server.process import (
     log_tail,
     split_draft,
 )
+from equiv.engines.server.rescore import LlamaRescorer, RescoreCost
 from equiv.engines.server.settings import (
     ServerSettings,
     settings_for,
@@ -60,6 +64,8 @@ def make_engine(config: RunConfig, *, speculative: bool) -> ServerEngine:
 
 class ServerEngine:
     """One path over HTTP; starts (and owns) its llama-server when given ``server_bin``."""
+
+    rescores_batched = True  # a cold prompt is a batch: the baseline server re-scores both ways
 
     def __init__(
         self, config: RunConfig, *, speculative: bool, settings: ServerSettings | None = None
@@ -92,9 +98,16 @@ class ServerEngine:
         except BaseException:
             self.close()
             raise
+        self._rescorer: LlamaRescorer | None = None
+        if self.api == "llama":
+            n_vocab = self._facts.get("n_vocab") or read_gguf_info(config.target.path).vocab_size
+            self._rescorer = LlamaRescorer(
+                self.client, n_vocab=int(n_vocab), n_probs=rescore_candidates(config)
+            )
         self.capabilities = Capabilities(
             full_logits=False,
             deterministic_seed=self.api == "llama",
+            rescoring=self._rescorer is not None,
             token_ids=bool(self._facts.get("token_ids", True)),
         )
 
@@ -250,6 +263,8 @@ class ServerEngine:
         sampling = sampling or SamplingConfig()
         seed = seed or 1  # temp 0 too gets a fixed seed, as the in-process engine
         k = self.config.top_k_record
+        if self.path == "baseline" and not sampling.greedy:  # the chain's whole support
+            k = rescore_candidates(self.config)
         try:
             if self.api == "llama":
                 draft = self.config.draft_config if self.path == "speculative" else None
@@ -266,14 +281,17 @@ class ServerEngine:
             answer = self.client.post("/v1/completions", body)
             return parse_openai(answer, url=f"{self.url}/v1/completions")
         except EngineError as exc:
-            if self._server is not None and not self._server.alive():
-                raise EngineError(
-                    f"the {self.path} llama-server (started by equiv) exited with code "
-                    f"{self._server.proc.returncode} mid-run; its log ({self._server.log_path}) "
-                    f"ends with:\n{log_tail(self._server.log_path, 15)}\nfinished results are "
-                    "kept: rerun with --resume"
-                ) from None
+            self._raise_if_dead()
             raise exc from None
+
+    def _raise_if_dead(self) -> None:
+        if self._server is not None and not self._server.alive():
+            raise EngineError(
+                f"the {self.path} llama-server (started by equiv) exited with code "
+                f"{self._server.proc.returncode} mid-run; its log ({self._server.log_path}) "
+                f"ends with:\n{log_tail(self._server.log_path, 15)}\nfinished results are "
+                "kept: rerun with --resume"
+            ) from None
 
     def generate(
         self,
@@ -304,6 +322,27 @@ class ServerEngine:
             draft_steps=parsed.draft_steps,
             seed=seed,
         )
+
+    # -- re-scoring (equiv.engines.base.Rescoring) --------------------------------------------
+    def rescore(
+        self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
+    ) -> npt.NDArray[np.float32]:
+        """The target's rows on this server: one ``n_predict: 1, n_probs: K`` request per
+        position (`equiv.engines.server.rescore`); ``-inf`` outside the K candidates."""
+        if self._rescorer is None:
+            raise EngineError(
+                f"the {self.path} server at {self.url} ({self.api} API) cannot re-score: equiv "
+                "scores given tokens on llama-server only"
+            )
+        try:
+            return self._rescorer.rescore(prompt_tokens, tokens, batched=batched)
+        except EngineError as exc:
+            self._raise_if_dead()
+            raise exc from None
+
+    def take_rescore_cost(self) -> RescoreCost:
+        """What this thread's re-scoring requests cost since it last asked."""
+        return RescoreCost() if self._rescorer is None else self._rescorer.take_cost()
 
     # -- facts -------------------------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
@@ -344,6 +383,13 @@ class ServerEngine:
     def close(self) -> None:
         if self._server is not None:
             self._server.stop()
+
+
+def rescore_candidates(config: RunConfig) -> int:
+    """K of the scoring requests: enough candidates to cover the sampler chain's whole support
+    when it has a top_k (then its probabilities are exact), and at least ``top_k_record``."""
+    top_k = config.sampling.top_k
+    return max(config.top_k_record, top_k if top_k > 0 else 0)
 
 
 def _sha(text: Any) -> str | None:

@@ -1,0 +1,199 @@
+"""Re-scoring on llama-server: the target's rows at given positions, asked of the server itself.
+
+llama-server gives no probabilities for prompt tokens, but ``n_probs: K`` returns, for a generated
+token, the top K of the softmax of the *raw* logits row it came from (no sampler applied). So one
+``n_predict: 1, n_probs: K`` request per position gives the target's row there, as top-K
+log-probabilities (`equiv.engines.base.Rescoring`: ``-inf`` outside those K). How the server
+evaluated that row is chosen by the prompt cache and checked in the answer's ``timings``:
+
+- **single-token** (as plain decoding): position 0 is the prompt evaluated cold, as generation
+  evaluates it; position i > 0 sends prompt + tokens[:i] with ``cache_prompt: true`` right after
+  position i - 1, so the server finds all but the last token in its KV cache and evaluates one
+  token (``timings.prompt_n == 1``). One server evaluation of one token per position.
+- **batched** (as draft verification): every position is sent cold (``cache_prompt: false``), so
+  its row is the last row of a multi-token batch (``timings.cache_n == 0``).
+
+Every answer is checked against the request: ``tokens_evaluated`` must be the prefix's length
+(else the answer is for another prompt), the candidates must be real (K of them, probabilities
+summing to at most 1). A row the server evaluated otherwise than asked (another request took the
+slot's cache) is kept and counted in `RescoreCost.rows_off_path`. Each request's cost (server
+time, tokens evaluated, wall time) is added to a per-thread ledger that the runner reads with
+`take_cost`, so the results say what re-scoring cost.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.engines.server.http import JsonClient
+from equiv.errors import EngineError
+
+__all__ = ["LlamaRescorer", "RescoreCost", "scoring_body"]
+
+
+@dataclass(frozen=True)
+class RescoreCost:
+    """What re-scoring cost: requests, tokens the server evaluated, its time and the wall time.
+
+    ``rows_off_path``: rows the server evaluated otherwise than asked (a single-token row whose
+    prefix was not cached, a batched row that reused a cache); they are still rows of the target.
+    """
+
+    requests: int = 0
+    rows: int = 0
+    tokens_evaluated: int = 0
+    tokens_cached: int = 0
+    server_s: float = 0.0
+    wall_s: float = 0.0
+    rows_off_path: int = 0
+
+    def __add__(self, other: RescoreCost) -> RescoreCost:
+        return RescoreCost(
+            requests=self.requests + other.requests,
+            rows=self.rows + other.rows,
+            tokens_evaluated=self.tokens_evaluated + other.tokens_evaluated,
+            tokens_cached=self.tokens_cached + other.tokens_cached,
+            server_s=self.server_s + other.server_s,
+            wall_s=self.wall_s + other.wall_s,
+            rows_off_path=self.rows_off_path + other.rows_off_path,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["server_s"] = round(self.server_s, 6)
+        out["wall_s"] = round(self.wall_s, 6)
+        return out
+
+
+def scoring_body(prefix: Sequence[int], *, n_probs: int, cached: bool) -> dict[str, Any]:
+    """One scoring request: the row after ``prefix``, top ``n_probs`` of its raw softmax."""
+    return {
+        "prompt": [int(t) for t in prefix],
+        "n_predict": 1,
+        "n_probs": n_probs,
+        "post_sampling_probs": False,  # the raw logits row, before any sampler
+        "temperature": 0.0,
+        "samplers": ["top_k"],
+        "top_k": 1,
+        "return_tokens": True,
+        "cache_prompt": cached,
+        "stream": False,
+    }
+
+
+class LlamaRescorer:
+    """`equiv.engines.base.Rescoring` over one llama-server's ``/completion``."""
+
+    def __init__(self, client: JsonClient, *, n_vocab: int, n_probs: int) -> None:
+        self.client = client
+        self.n_vocab = n_vocab
+        self.n_probs = n_probs
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.total = RescoreCost()
+
+    # -- the ledger --------------------------------------------------------------------------
+    def _add(self, cost: RescoreCost) -> None:
+        self._local.cost = getattr(self._local, "cost", RescoreCost()) + cost
+        with self._lock:
+            self.total = self.total + cost
+
+    def take_cost(self) -> RescoreCost:
+        """What this thread's re-scoring cost since its previous `take_cost`."""
+        cost: RescoreCost = getattr(self._local, "cost", RescoreCost())
+        self._local.cost = RescoreCost()
+        return cost
+
+    # -- scoring -----------------------------------------------------------------------------
+    def rescore(
+        self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
+    ) -> npt.NDArray[np.float32]:
+        """Row i: the target's top-``n_probs`` log-probabilities for ``tokens[i]`` after
+        ``prompt_tokens`` + ``tokens[:i]``, ``-inf`` elsewhere (see the module docstring)."""
+        if not prompt_tokens:
+            raise EngineError("re-scoring needs at least one prompt token")
+        rows = np.full((len(tokens), self.n_vocab), -np.inf, dtype=np.float32)
+        prompt = [int(t) for t in prompt_tokens]
+        for i in range(len(tokens)):
+            prefix = prompt + [int(t) for t in tokens[:i]]
+            cached = not batched and i > 0
+            ids, logprobs = self.score(prefix, cached=cached)
+            rows[i, ids] = logprobs
+        return rows
+
+    def score(self, prefix: Sequence[int], *, cached: bool) -> tuple[list[int], list[float]]:
+        """The top candidates of the row after ``prefix``: ``cached`` asks for a single-token
+        evaluation on top of the cached prefix, else a cold (batched) one."""
+        url = f"{self.client.base_url}/completion"
+        started = time.perf_counter()
+        answer = self.client.post(
+            "/completion", scoring_body(prefix, n_probs=self.n_probs, cached=cached)
+        )
+        wall = time.perf_counter() - started
+        ids, logprobs, cost = parse_scoring(
+            answer, url=url, prefix_len=len(prefix), n_probs=min(self.n_probs, self.n_vocab),
+            cached=cached, wall_s=wall,
+        )  # fmt: skip
+        self._add(cost)
+        bad = [i for i in ids if not 0 <= i < self.n_vocab]
+        if bad:
+            raise EngineError(
+                f"{url} scored token {bad[0]}, outside the target's vocabulary of {self.n_vocab}: "
+                "the server does not serve the configured target"
+            )
+        return ids, logprobs
+
+
+def parse_scoring(
+    data: Any, *, url: str, prefix_len: int, n_probs: int, cached: bool, wall_s: float
+) -> tuple[list[int], list[float], RescoreCost]:
+    """Candidates and cost of one scoring answer, checked against the request."""
+    if not isinstance(data, dict):
+        raise EngineError(f"{url} answered a scoring request with {str(data)[:120]!r}")
+    evaluated = data.get("tokens_evaluated")
+    if evaluated is not None and int(evaluated) != prefix_len:
+        raise EngineError(
+            f"{url} answered a scoring request for a prompt of {evaluated} tokens, but equiv sent "
+            f"{prefix_len}: the answer is for another prefix (a proxy or cache in between?); "
+            "re-scoring needs answers for the tokens sent"
+        )
+    probs = data.get("completion_probabilities")
+    entry = probs[0] if isinstance(probs, list) and probs else None
+    candidates = entry.get("top_logprobs") if isinstance(entry, dict) else None
+    if not isinstance(candidates, list) or len(candidates) < min(n_probs, 2):
+        raise EngineError(
+            f"{url} returned no top-{n_probs} log-probabilities for a scoring request "
+            f"({str(data)[:160]!r}): this server cannot re-score (a llama-server build without "
+            "n_probs, or an endpoint that is not llama-server's /completion)"
+        )
+    ids = [int(c["id"]) for c in candidates]
+    logprobs = [-math.inf if c.get("logprob") is None else float(c["logprob"]) for c in candidates]
+    if sum(math.exp(lp) for lp in logprobs) > 1.0 + 1e-3 or len(set(ids)) != len(ids):
+        raise EngineError(
+            f"{url} returned placeholder probabilities for a scoring request (they sum above 1 "
+            "or repeat a token): no evidence to score with"
+        )
+    raw = data.get("timings")
+    timings: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    prompt_n = int(timings.get("prompt_n", -1))
+    cache_n = int(timings.get("cache_n", 0))
+    on_path = prompt_n == 1 if cached else cache_n == 0
+    cost = RescoreCost(
+        requests=1,
+        rows=1,
+        tokens_evaluated=max(prompt_n, 0),
+        tokens_cached=cache_n,
+        server_s=(float(timings.get("prompt_ms", 0.0)) + float(timings.get("predicted_ms", 0.0)))
+        / 1000,
+        wall_s=wall_s,
+        rows_off_path=0 if on_path or prefix_len == 1 else 1,
+    )
+    return ids, logprobs, cost

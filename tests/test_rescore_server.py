@@ -1,0 +1,147 @@
+"""Re-scoring on a real llama-server: the target's rows, single-token and batched, asked over HTTP.
+
+The binary comes from ``$EQUIV_LLAMA_SERVER`` or the cache that scripts/build_llama_server.sh
+fills; without one these tests are skipped with that instruction.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from equiv.config import RunConfig, SamplingConfig
+from equiv.engines import load_factory
+from equiv.engines.base import rescorer
+from equiv.engines.server.engine import ServerEngine
+from equiv.engines.server.rescore import parse_scoring, scoring_body
+from equiv.engines.server.settings import ServerSettings
+from equiv.errors import EngineError
+from equiv.models.pair import cache_dir
+from equiv.prompts import Prompt, load_suites
+from equiv.records import ResultsFile
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
+from equiv.verdicts.labels import Label, verdict_of
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+LLAMA_CPP_PYTHON = "0.3.36"
+PROMPT = "code/fib_lt"
+# Prompts whose temp-0 outputs diverge between llama-server with and without a draft on this CPU
+# (from a run of the default suite); with a draft the server batches, without it does not.
+DIVERGING = ["code/py_binary_search", "code/py_last_n", "code/py_transpose_brackets"]
+
+
+def _server_bin() -> str:
+    given = os.environ.get("EQUIV_LLAMA_SERVER")
+    path = Path(given) if given else cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON}/llama-server"
+    if not path.is_file():
+        pytest.skip(f"no llama-server at {path}: run scripts/build_llama_server.sh")
+    return str(path)
+
+
+def _prompts(keys: list[str]) -> list[Prompt]:
+    by_key = {p.key: p for p in load_suites()}
+    return [by_key[k] for k in keys]
+
+
+@pytest.fixture(scope="module")
+def config(model_pair: Any) -> RunConfig:
+    return RunConfig(target=model_pair.target, draft=model_pair.draft, max_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def baseline(config: RunConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEngine]:
+    settings = ServerSettings(server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("l")))
+    engine = ServerEngine(config, speculative=False, settings=settings)
+    yield engine
+    engine.close()
+
+
+def test_the_server_engine_offers_rescoring(baseline):
+    assert baseline.capabilities.rescoring
+    assert rescorer(baseline) is baseline
+
+
+def test_single_token_rows_are_the_baselines_own(baseline):
+    """Re-scoring the baseline's own tokens one at a time gives back, candidate for candidate,
+    the rows its generation reported: the same evaluation, on the same server."""
+    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=16)
+    baseline.take_rescore_cost()
+    rows = baseline.rescore(tokens, gen.tokens, batched=False)
+    cost = baseline.take_rescore_cost()
+    assert rows.shape == (gen.n_tokens, baseline._rescorer.n_vocab)
+    k = baseline._rescorer.n_probs
+    for i, alt in enumerate(gen.alternatives):
+        assert np.isfinite(rows[i]).sum() == k  # -inf outside the K candidates
+        top = np.argsort(-rows[i])[: len(alt.ids)]
+        assert list(top) == list(alt.ids), f"position {i}"
+        np.testing.assert_allclose(rows[i][top], alt.logits, atol=2e-5)
+    # one request per position; after the cold prompt, one token evaluated per request
+    assert cost.requests == gen.n_tokens
+    assert cost.rows_off_path == 0
+    assert cost.tokens_evaluated == len(tokens) + gen.n_tokens - 1
+    assert cost.wall_s > 0
+
+
+def test_batched_rows_are_cold_and_close_to_single_token(baseline):
+    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=8)
+    baseline.take_rescore_cost()
+    batched = baseline.rescore(tokens, gen.tokens, batched=True)
+    cost = baseline.take_rescore_cost()
+    n = gen.n_tokens
+    assert cost.requests == n
+    assert cost.tokens_cached == 0
+    assert cost.rows_off_path == 0
+    assert cost.tokens_evaluated == sum(len(tokens) + i for i in range(n))
+    for i, alt in enumerate(gen.alternatives):
+        # the same target: the top candidate's log-probability moves by drift only
+        assert abs(float(batched[i, alt.ids[0]]) - alt.logits[0]) < 0.5
+
+
+def test_an_answer_for_another_prefix_or_without_probabilities_is_refused(baseline):
+    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    answer = baseline.client.post("/completion", scoring_body(tokens, n_probs=8, cached=False))
+    url = f"{baseline.url}/completion"
+    ids, _logprobs, cost = parse_scoring(
+        answer, url=url, prefix_len=len(tokens), n_probs=8, cached=False, wall_s=0.1
+    )
+    assert len(ids) == 8
+    assert math.isclose(cost.wall_s, 0.1)
+    with pytest.raises(EngineError, match="answer is for another prefix"):
+        parse_scoring(
+            answer, url=url, prefix_len=len(tokens) + 1, n_probs=8, cached=False, wall_s=0.1
+        )
+    stripped = {k: v for k, v in answer.items() if k != "completion_probabilities"}
+    with pytest.raises(EngineError, match="cannot re-score"):
+        parse_scoring(stripped, url=url, prefix_len=len(tokens), n_probs=8, cached=False, wall_s=0)
+
+
+def test_temp0_against_llama_server_labels_every_divergence(config, tmp_path):
+    """The runner on two llama-servers started by equiv: every divergence gets numeric-drift or
+    sampler-bug from the server's own rows, never inconclusive, and what that cost is recorded."""
+    options = (("server_bin", _server_bin()), ("log_dir", str(tmp_path / "logs")))
+    run = replace(config, max_tokens=48, engine_options=options)
+    with Runner(run, load_factory("server"), tmp_path / "r.jsonl") as runner:
+        runner.run(plan(_prompts(DIVERGING), run))
+    records = ResultsFile(tmp_path / "r.jsonl").results()
+    diverged = [r for r in records if not r["comparison"]["identical"]]
+    assert diverged, f"none of {DIVERGING} diverged on llama-server here; pick other prompts"
+    for record in diverged:
+        verdict = verdict_of(record)
+        assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
+        ev = verdict.evidence
+        assert ev["drift_bound"]["positions"] >= 8
+        assert ev["target_rows"]["single_token"]
+        assert ev["target_rows"]["batched"]
+        assert record["rescore_cost"]["requests"] >= ev["drift_bound"]["positions"]
+        print(record["key"], verdict.reason, record["rescore_cost"])
