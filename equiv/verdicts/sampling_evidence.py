@@ -46,10 +46,19 @@ from equiv.verdicts.stats import (
     mann_whitney,
     pit_uniformity_test,
     randomized_pit,
+    temperature_score_test,
     top_token_test,
 )
 
-__all__ = ["PENALTY_WINDOW", "PIT_BINS", "analyze_prompt", "chain_pit", "judgement_evidence"]
+__all__ = [
+    "PENALTY_WINDOW",
+    "PIT_BINS",
+    "analyze_prompt",
+    "chain_pit",
+    "chain_score",
+    "judgement_evidence",
+    "top_k_rows",
+]
 
 PIT_BINS = 10
 DEGENERATE = 1.0 - 1e-9  # a chain distribution whose top token holds all the mass
@@ -110,6 +119,47 @@ def chain_pit(
     ]
 
 
+def chain_score(
+    rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
+) -> list[list[float]]:
+    """``[s_x - E_p[s], Var_p[s], in_support]`` of every emitted token, for the temperature score
+    test (`equiv.verdicts.stats.temperature_score_test`): p is the chain's distribution, s its
+    log (the scaled logits up to a constant). A token outside the chain's support gives
+    ``[0, 0, 0]``: the score would be -inf, and the PIT already counts it."""
+    out = []
+    for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
+        ids, probs = _chain(row, tokens[:i], sampling)
+        keep = probs > 0
+        ids, probs = ids[keep], probs[keep]
+        where = int(np.searchsorted(ids, token))
+        if where >= ids.size or ids[where] != token:
+            out.append([0.0, 0.0, 0.0])
+            continue
+        logp = np.log(probs)
+        mean = float(np.dot(probs, logp))
+        var = max(float(np.dot(probs, (logp - mean) ** 2)), 0.0)
+        out.append([round(float(logp[where]) - mean, 9), round(var, 9), 1.0])
+    return out
+
+
+def top_k_rows(
+    alternatives: Sequence[Any], tokens: Sequence[int], sampling: SamplingConfig
+) -> npt.NDArray[np.float32] | None:
+    """Rows rebuilt from a server's top-K log-probabilities (``-inf`` elsewhere) when every row
+    holds at least the chain's ``top_k`` candidates: then they hold the chain's whole support
+    and its probabilities are exact. None otherwise (no top_k, or fewer candidates recorded)."""
+    k = sampling.top_k
+    if k <= 0 or len(alternatives) < len(tokens) or not tokens:
+        return None
+    if any(len(alt.ids) < k for alt in alternatives[: len(tokens)]):
+        return None
+    width = 1 + max(max(max(alt.ids) for alt in alternatives[: len(tokens)]), max(tokens))
+    rows = np.full((len(tokens), width), -np.inf, dtype=np.float32)
+    for i, alt in enumerate(alternatives[: len(tokens)]):
+        rows[i, list(alt.ids)] = alt.logits
+    return rows
+
+
 def judgement_evidence(
     rows: npt.NDArray[np.float32],
     tokens: Sequence[int],
@@ -160,8 +210,10 @@ def _pit_values(
     return randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed))
 
 
-def _top_token(records: Sequence[Mapping[str, Any]], path: str, alpha: float) -> TestResult:
-    pits = np.asarray([t for r in records for t in r[path].get("chain_pit", [])], dtype=float)
+def _top_token(
+    records: Sequence[Mapping[str, Any]], path: str, alpha: float, key: str = "chain_pit"
+) -> TestResult:
+    pits = np.asarray([t for r in records for t in r[path].get(key, [])], dtype=float)
     if pits.size == 0:
         return top_token_test([], [], alpha=alpha)
     # The emitted token is the top one exactly when no mass ranks before it.
@@ -247,12 +299,17 @@ def analyze_prompt(
     key = str(records[0]["key"]).split("::")[0]
     pit_seed = sum(key.encode()) + len(records)
     u: dict[str, Any] = {}
-    if has_logits:
-        for path in ("baseline", "speculative"):
-            u[path] = _pit_values(records, path, pit_seed)
-            result = pit_uniformity_test(u[path], alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
-            tests.append(_renamed(result, f"sampler-consistency:{path}"))
-            tests.append(_renamed(_top_token(records, path, alpha), f"top-token:{path}"))
+    keys = _pit_keys(records, has_logits)
+    for path, key in keys.items():
+        u[path] = _pit_values(records, path, pit_seed, key=key)
+        result = pit_uniformity_test(u[path], alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
+        tests.append(_renamed(result, f"sampler-consistency:{path}"))
+        tests.append(_renamed(_top_token(records, path, alpha, key), f"top-token:{path}"))
+        score_key = key.replace("_pit", "_score")
+        if all(score_key in r[path] for r in records):
+            tests.append(
+                _renamed(_temperature(records, path, score_key, alpha), f"temperature:{path}")
+            )
     tests.extend(_stage_tests(records, alpha, pit_seed, effect_w))
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
     tests.append(
@@ -306,6 +363,28 @@ def analyze_prompt(
             },
         },
     }
+
+
+def _pit_keys(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[str, str]:
+    """Which PIT each path's one-sample tests use: its own rows' (``chain_pit``) where the engine
+    reports rows; over HTTP, the baseline's top-K rows (``chain_pit``) and the speculative
+    samples re-scored on the baseline server (``target_pit``): the target's distribution, so a
+    biased sampler behind the endpoint shows."""
+    if has_logits:
+        return {"baseline": "chain_pit", "speculative": "chain_pit"}
+    keys = {}
+    for path, key in (("baseline", "chain_pit"), ("speculative", "target_pit")):
+        if records and all(key in r[path] for r in records):
+            keys[path] = key
+    return keys
+
+
+def _temperature(
+    records: Sequence[Mapping[str, Any]], path: str, key: str, alpha: float
+) -> TestResult:
+    scores = [t for r in records for t in r[path].get(key, []) if t[2] > 0]
+    arr = np.asarray(scores, dtype=np.float64).reshape(-1, 3)
+    return temperature_score_test(arr[:, 0], arr[:, 1], alpha=alpha)
 
 
 def _renamed(result: TestResult, name: str) -> TestResult:

@@ -40,6 +40,7 @@ __all__ = [
     "min_detectable_w",
     "pit_uniformity_test",
     "randomized_pit",
+    "temperature_score_test",
     "top_token_test",
 ]
 
@@ -245,6 +246,52 @@ def top_token_test(
     return TestResult(
         name, z, _poisson_binom_p(p, int(x)), alpha, n, None, power, (x - mean) / n, detail
     )
+
+
+def temperature_score_test(
+    centred: npt.ArrayLike,
+    variance: npt.ArrayLike,
+    *,
+    alpha: float,
+    rel_error: float = 0.1,
+) -> TestResult:
+    """Score test of the effective temperature: were the tokens drawn at the stated temperature?
+
+    At each position the chain leaves a support S and scaled logits ``s = z / T``; H0: the token
+    x is drawn from ``p(x) ∝ exp(s_x)`` on S. In the family ``p_λ(x) ∝ exp(λ s_x)`` (λ = 1 under
+    H0; λ > 1 a colder sampler: greedy-ish acceptance, a temperature applied too low; λ < 1 a
+    hotter one) the score at λ = 1 is ``U = Σ (s_x - E_p[s])`` with variance ``V = Σ Var_p[s]``
+    (``centred`` and ``variance``, one entry per emitted token). ``z = U / sqrt(V)`` is N(0, 1)
+    under H0 (martingale central limit; positions are conditionally independent given the
+    history); the p-value is two-sided. Near-certain positions have ``Var_p[s] ≈ 0`` and weigh
+    nothing: the test spends its power where the tokens carry evidence. ``power`` is that against
+    a temperature off by ``rel_error`` (λ = 1 ± rel_error; to first order z ~ N((λ - 1) sqrt(V),
+    1)), and ``effect`` the estimated ``λ - 1 = U / V``. Below ``V = 1`` there is no test.
+    """
+    _check_alpha(alpha)
+    c = np.asarray(centred, dtype=np.float64).reshape(-1)
+    v = np.asarray(variance, dtype=np.float64).reshape(-1)
+    if c.shape != v.shape:
+        raise ValueError(f"centred {c.shape} and variance {v.shape} differ in shape")
+    n = int(c.size)
+    name = "temperature_score"
+    total = float(v.sum())
+    if total < 1.0:
+        return _not_enough(name, alpha, n, f"score variance {total:.2f} < 1: near-certain tokens")
+    u = float(c.sum())
+    z = u / math.sqrt(total)
+    z_crit = float(sps.norm.isf(alpha / 2))
+    lam = rel_error * math.sqrt(total)
+    power = float(sps.norm.sf(z_crit - lam) + sps.norm.cdf(-z_crit - lam))
+    need = ((z_crit + float(sps.norm.isf(1 - 0.8))) / rel_error) ** 2
+    detail = (
+        f"score {u:.2f} over {n} tokens, variance {total:.1f} (mean {total / n:.3f} per token): "
+        f"the tokens look {'colder' if u > 0 else 'hotter'} than the stated temperature by "
+        f"λ - 1 = {u / total:+.3f}; power {power:.3f} for a temperature off by "
+        f"{rel_error:.0%} (power 0.8 needs a score variance of {need:.0f})"
+    )
+    p_value = float(2 * sps.norm.sf(abs(z)))
+    return TestResult(name, z, p_value, alpha, n, None, power, u / total, detail)
 
 
 def _poisson_binom_p(p: FloatArray, x: int) -> float:
