@@ -184,6 +184,20 @@ RUN_OPTIONS: tuple[Option, ...] = (
         engine="server",
     ),
     Option(
+        "server-args",
+        "--engine server with --server-bin: more llama-server flags for both paths, quoted "
+        "(e.g. '-ngl 99 -ctk q8_0'; equiv sets model, context, slots, batch, threads, seed)",
+        metavar="FLAGS",
+        engine="server",
+    ),
+    Option(
+        "server-draft-args",
+        "--engine server with --server-bin: more flags for the speculative server only "
+        "(e.g. '-ngld 99')",
+        metavar="FLAGS",
+        engine="server",
+    ),
+    Option(
         "baseline-url",
         "--engine server: a running server for the baseline",
         metavar="URL",
@@ -257,7 +271,7 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
     Option(
         "fail-on-quality-drop",
         "fail the session when graded prompts pass significantly less often on the speculative "
-        "path (one-sided test at 5 %)",
+        "path (one-sided test at level 0.05)",
         flag=True,
     ),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ __all__ = [
     "findings",
     "map_to_run",
     "parse_command",
+    "pass_through",
+    "user_server",
     "verdict_lines",
 ]
 
@@ -83,6 +86,8 @@ class LlamaCommand:
     settings: Mapping[str, Any]
     spellings: Mapping[str, str]  # setting -> the flag the user wrote
     ignored: tuple[str, ...] = ()
+    program_path: str = ""  # the program as written (a path, or a name on PATH)
+    words: tuple[str, ...] = ()  # the flags as written, in order
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.settings.get(key, default)
@@ -105,9 +110,10 @@ def parse_command(argv: Sequence[str] | str) -> LlamaCommand:
             "equiv diagnose needs a llama.cpp command line after '--', e.g. "
             "equiv diagnose -- llama-server -m target.gguf -md draft.gguf --draft-max 16"
         )
-    program = ""
+    program = program_path = ""
     if not words[0].startswith("-"):
-        program, words = Path(words[0]).name, words[1:]
+        program_path, words = words[0], words[1:]
+        program = Path(program_path).name
     settings: dict[str, Any] = {}
     spellings: dict[str, str] = {}
     ignored: list[str] = []
@@ -144,7 +150,7 @@ def parse_command(argv: Sequence[str] | str) -> LlamaCommand:
                 f"{'a number' if conv in (int, float, _int) else 'a value'} there"
             ) from None
         spellings[key] = name
-    return LlamaCommand(program, settings, spellings, tuple(ignored))
+    return LlamaCommand(program, settings, spellings, tuple(ignored), program_path, tuple(words))
 
 
 @dataclass(frozen=True)
@@ -254,6 +260,7 @@ class RunMapping:
 
     values: dict[str, Any]
     notes: tuple[str, ...] = ()
+    runs: str = ""  # what equiv runs: the user's llama-server, or llama-cpp-python in process
 
     @property
     def user_temp(self) -> float:
@@ -264,10 +271,25 @@ _SAMPLING = ("draft_max", "draft_min", "draft_p_min", "temp", "top_k", "top_p", 
 _DIRECT = (*_SAMPLING, "repeat_penalty", "n_batch", "n_ubatch")
 
 
-def map_to_run(cmd: LlamaCommand, *, cpu_count: int | None = None) -> RunMapping:
-    """Option values for `equiv.options.build_config` (``mode`` is set by the caller)."""
+def map_to_run(
+    cmd: LlamaCommand, *, cpu_count: int | None = None, server_bin: str | None = None
+) -> RunMapping:
+    """Option values for `equiv.options.build_config` (``mode`` is set by the caller).
+
+    When the command line names a llama-server binary that exists (or ``server_bin`` is given,
+    or a llama-cli / llama-speculative has a llama-server beside it), the run starts *that*
+    binary with the user's flags (`user_server`); otherwise llama-cpp-python runs in process.
+    """
     values: dict[str, Any] = {}
     notes: list[str] = []
+    binary, runs = user_server(cmd, server_bin=server_bin)
+    if binary is not None:
+        shared, draft_only = pass_through(cmd)
+        values.update(engine="server", server_bin=binary)
+        if shared:
+            values["server_args"] = shlex.join(shared)
+        if draft_only:
+            values["server_draft_args"] = shlex.join(draft_only)
     target, draft = cmd.get("model"), cmd.get("model_draft")
     if target and Path(target).is_file():
         values["target"] = target
@@ -301,7 +323,79 @@ def map_to_run(cmd: LlamaCommand, *, cpu_count: int | None = None) -> RunMapping
         values["flash_attn"] = True
     if cmd.seed_fixed and 0 < cmd.get("seed") < RANDOM_SEED:
         values["seed_start"] = cmd.get("seed")
-    return RunMapping(values, tuple(notes))
+    return RunMapping(values, tuple(notes), runs)
+
+
+#: Programs of a llama.cpp build directory that have a llama-server beside them to run instead.
+_BUILD_PROGRAMS = ("llama-cli", "llama-speculative", "llama-speculative-simple", "main")
+#: The user's flags that change numerics and that equiv does not set itself: passed to the user's
+#: llama-server as written (draft-only ones to the speculative server only). Switches take no value.
+_PASS_SHARED = frozenset(
+    {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
+     "-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu", "-dev", "--device",
+     "--no-mmap", "--mlock", "--numa", "--no-kv-offload", "-nkvo"}
+)  # fmt: skip
+_PASS_DRAFT = frozenset(
+    {"-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "-devd", "--device-draft",
+     "-ctkd", "--cache-type-k-draft", "-ctvd", "--cache-type-v-draft"}
+)  # fmt: skip
+_SWITCHES = frozenset({"--no-mmap", "--mlock", "--no-kv-offload", "-nkvo"})
+
+
+def user_server(cmd: LlamaCommand, *, server_bin: str | None = None) -> tuple[str | None, str]:
+    """The user's own llama-server binary to run, and a sentence saying what equiv runs."""
+    if server_bin:
+        given = Path(server_bin).expanduser()
+        if not given.is_file():
+            raise ConfigError(
+                f"--server-bin {server_bin!r} does not exist; give the path of your llama-server"
+            )
+        return str(given), f"running your llama-server {given} (--server-bin) with your flags"
+    if not cmd.program_path:
+        return None, _IN_PROCESS + "; pass --server-bin PATH to check your own build"
+    written = cmd.program_path
+    found = shutil.which(written) if "/" not in written else written
+    path = Path(found).expanduser() if found else None
+    if path is not None and path.is_file() and cmd.program in ("llama-server", "server"):
+        return str(path), f"running your llama-server {path} with your flags"
+    if path is not None and path.is_file() and cmd.program in _BUILD_PROGRAMS:
+        sibling = path.parent / "llama-server"
+        if sibling.is_file():
+            return str(sibling), (
+                f"your command runs {cmd.program}; equiv runs the llama-server of the same build "
+                f"({sibling}: the same kernels) with your flags, one server per path"
+            )
+    why = (
+        f"{written} is not a file here"
+        if path is None or not path.is_file()
+        else (f"{cmd.program} has no llama-server beside it")
+    )
+    return None, f"{why}: {_IN_PROCESS}; pass --server-bin PATH to check your own build"
+
+
+_IN_PROCESS = (
+    "running llama-cpp-python in process, whose llama.cpp build and backend may differ from "
+    "yours (so may its drift)"
+)
+
+
+def pass_through(cmd: LlamaCommand) -> tuple[list[str], list[str]]:
+    """The user's flags for their llama-server that equiv does not set (`_PASS_SHARED`), and
+    those for the speculative server only (`_PASS_DRAFT`), as written."""
+    shared: list[str] = []
+    draft: list[str] = []
+    words = cmd.words
+    i = 0
+    while i < len(words):
+        name = words[i].partition("=")[0]
+        into = shared if name in _PASS_SHARED else draft if name in _PASS_DRAFT else None
+        takes_value = "=" not in words[i] and name not in _SWITCHES and i + 1 < len(words)
+        if into is not None:
+            into.append(words[i])
+            if takes_value:
+                into.append(words[i + 1])
+        i += 2 if into is not None and takes_value else 1
+    return shared, draft
 
 
 def verdict_lines(

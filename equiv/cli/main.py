@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     diag.add_argument("--max-tokens", type=int, metavar="N", help="per-prompt max_tokens")
     diag.add_argument("--seeds", type=int, default=32, metavar="N", help="seeds at temp > 0 [32]")
     diag.add_argument("--out", metavar="DIR", help="results (default: reports/diagnose-<time>)")
+    diag.add_argument(
+        "--server-bin",
+        metavar="PATH",
+        help="run this llama-server (your build) with your flags; default: the command's own "
+        "llama-server, or the one beside its llama-cli, else llama-cpp-python in process",
+    )
     diag.add_argument("llama", nargs=argparse.REMAINDER, metavar="-- LLAMA.CPP COMMAND LINE")
 
     mini = sub.add_parser("minimize", help="shrink a diverging temp-0 prompt for a bug report")
@@ -190,9 +196,10 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     from equiv.cli import diagnose
 
     cmd = diagnose.parse_command(args.llama)
-    mapping = diagnose.map_to_run(cmd)
+    mapping = diagnose.map_to_run(cmd, server_bin=args.server_bin)
     print(f"{cmd.program or 'llama.cpp'}: {', '.join(f'{k}={v}' for k, v in cmd.settings.items())}")
     print(f"ignored: {', '.join(cmd.ignored)}" if cmd.ignored else "ignored: nothing")
+    print(f"runs: {mapping.runs}")
     for note in mapping.notes:
         print(f"note: {note}")
     for finding in diagnose.findings(cmd):

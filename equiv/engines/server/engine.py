@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 import tempfile
 import time
 from collections.abc import Sequence
@@ -120,6 +121,8 @@ class ServerEngine:
             self.config,
             speculative=self.path == "speculative",
             slots=self.max_in_flight,
+            extra=shlex.split(self.settings.extra_args),
+            draft_extra=shlex.split(self.settings.draft_args),
         )
         log_dir = Path(self.settings.log_dir or tempfile.mkdtemp(prefix="equiv-server-"))
         log_path = log_dir / f"llama-server-{self.path}.log"

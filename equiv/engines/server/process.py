@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,7 +134,14 @@ def detect_flags(binary: str) -> ServerFlags:
 
 
 def llama_server_argv(
-    binary: str, flags: ServerFlags, config: RunConfig, *, speculative: bool, slots: int
+    binary: str,
+    flags: ServerFlags,
+    config: RunConfig,
+    *,
+    speculative: bool,
+    slots: int,
+    extra: Sequence[str] = (),
+    draft_extra: Sequence[str] = (),
 ) -> list[str]:
     """The command line of one path's server (without ``--host``/``--port``).
 
@@ -141,7 +149,9 @@ def llama_server_argv(
     seed; ``-c`` is ``n_ctx`` x ``slots`` because llama-server splits its context between slots.
     With several slots both servers work at once on this machine, so each gets at most half the
     cores: ggml's threads spin while they wait, and two 2-thread servers busy on 2 cores ran 10x
-    slower than one at a time (benchmarks/server_throughput.py).
+    slower than one at a time (benchmarks/server_throughput.py). ``extra``: the user's own flags
+    for both paths (``--server-args``), before the draft's; ``draft_extra``: the speculative
+    server's only (``--server-draft-args``), after ``--model-draft``.
     """
     half = max(1, (os.cpu_count() or 1) // 2)
     n = config.n_threads if slots == 1 else min(config.n_threads, half)
@@ -160,9 +170,11 @@ def llama_server_argv(
         if flags.no_jinja:  # where jinja is the default, a template name would be taken literally
             argv.append(flags.no_jinja)
         argv += ["--chat-template", _BUILTIN_TEMPLATES[info.architecture]]
+    argv += list(extra)
     if speculative:
         draft = config.draft_config
         argv += ["--model-draft", config.draft.path, flags.draft_max, str(draft.draft_max)]
+        argv += list(draft_extra)
         if flags.spec_type:
             argv += [flags.spec_type, "draft-simple"]
         if flags.draft_min:

@@ -9,6 +9,7 @@ the server options of `equiv.options`), and when those name no server, from the 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,8 @@ class ServerSettings:
     log_dir: str | None = None
     retries: int = 4
     backoff_s: float = 0.25
+    extra_args: str = ""  # more llama-server flags for both paths (--server-args)
+    draft_args: str = ""  # ... for the speculative server only (--server-draft-args)
 
     def __post_init__(self) -> None:
         urls = (self.baseline_url, self.speculative_url)
@@ -71,6 +74,19 @@ class ServerSettings:
                 f"--server-concurrency {self.concurrency} must be >= 1 (default: 1 at temp 0, "
                 "4 in sampling mode)"
             )
+        if (self.extra_args or self.draft_args) and not self.server_bin:
+            raise ConfigError(
+                "--server-args/--server-draft-args are flags for a llama-server equiv starts: "
+                "give --server-bin too, or set them on the running servers yourself"
+            )
+        for name, text in (
+            ("--server-args", self.extra_args),
+            ("--server-draft-args", self.draft_args),
+        ):
+            try:
+                shlex.split(text)
+            except ValueError as exc:
+                raise ConfigError(f"{name} {text!r} cannot be split into flags ({exc})") from None
         if self.timeout_s <= 0:
             raise ConfigError(f"--server-timeout {self.timeout_s} must be > 0 seconds")
 
@@ -89,6 +105,8 @@ class ServerSettings:
             speculative_url=values.get("speculative_url"),
             api=values.get("server_api") or "auto",
             model=values.get("server_model"),
+            extra_args=values.get("server_args") or "",
+            draft_args=values.get("server_draft_args") or "",
             log_dir=None if log_dir is None else str(log_dir),
             **extra,
         )
