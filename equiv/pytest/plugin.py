@@ -66,6 +66,7 @@ MODE_BOTH = "both"
 #: The test that fails when the session as a whole fails (a control, the drift rate).
 SESSION_ITEM = "equiv::session"
 _CHECKS_ATTR = "equiv_checks"  # the checks (plain data) a test report carries
+_SETUP_ATTR = "equiv_setup"  # the model load a set-up report carries: seconds, worker
 _IniType = Literal["bool", "linelist", "string"]
 
 
@@ -176,6 +177,7 @@ class _State:
         self._settings: _Settings | None = None
         self._session: CheckSession | None = None
         self.family_size: int | None = None  # the collected suite's prompts (sampling alpha)
+        self.setup_reported = False
 
     @property
     def settings(self) -> _Settings:
@@ -194,9 +196,20 @@ class _State:
             self._session.family_size = self.family_size
         return self._session
 
+    @property
+    def loaded_s(self) -> float | None:
+        """Seconds this process took to load the models, once it has."""
+        return None if self._session is None else self._session.setup_s
+
     def close(self) -> None:
         if self._session is not None:
             self._session.close()
+
+
+def _worker(config: pytest.Config) -> str:
+    """``gw0``... under pytest-xdist, else ``main``."""
+    workerinput = getattr(config, "workerinput", None)
+    return str(workerinput.get("workerid", "main")) if workerinput else "main"
 
 
 _STATE = pytest.StashKey[_State]()
@@ -244,6 +257,11 @@ class EquivItem(pytest.Item):
         self.prompt, self.mode = prompt, mode
         self.add_marker("equiv")
 
+    def setup(self) -> None:
+        """Loads the models (once per process) in pytest's set-up phase: a check's call time is
+        its own, and ``--durations`` shows the load apart."""
+        self.config.stash[_STATE].session.runner(self.mode)
+
     def runtest(self) -> None:
         from equiv.pytest.session import divergence_line
 
@@ -276,6 +294,7 @@ def equiv_check(request: pytest.FixtureRequest) -> Callable[..., Check]:
     on first use, once per session); ``assert equiv_check("def fib(n):").equivalent``.
     """
     node, calls = request.node, itertools.count(1)
+    request.config.stash[_STATE].session.runner("temp0")  # load in the set-up phase, once
 
     def check(
         prompt: str | Sequence[Mapping[str, str]],
@@ -344,6 +363,13 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
+    if call.when == "setup" and call.excinfo is not None and report.failed:
+        report.longrepr = _error_text(call.excinfo) or report.longrepr  # no traceback
+    state = item.config.stash[_STATE]
+    if call.when == "setup" and not state.setup_reported and state.loaded_s is not None:
+        state.setup_reported = True  # the item whose set-up loaded the models says how long
+        setattr(report, _SETUP_ATTR, {"seconds": state.loaded_s, "worker": _worker(item.config)})
+        item.user_properties.append(("equiv_setup_s", f"{state.loaded_s:.1f}"))  # in junit
     checks = item.stash.get(_CHECKS, None)
     if checks and report.failed and not isinstance(item, EquivItem):
         _explain(report, checks, call.excinfo)
@@ -392,8 +418,11 @@ class _Reporter:
         self.checks: list[Check] = []
         self.problems: list[str] = []
         self.written: list[str] = []
+        self.setups: list[tuple[str, float]] = []  # (worker, seconds) of each model load
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if setup := getattr(report, _SETUP_ATTR, None):
+            self.setups.append((str(setup["worker"]), float(setup["seconds"])))
         if data := getattr(report, _CHECKS_ATTR, None):
             from equiv.pytest.session import Check
 
@@ -426,6 +455,12 @@ class _Reporter:
             from equiv.pytest.session import summary_lines
 
             terminalreporter.write_sep("=", "equiv")
+            if self.setups:
+                loads = ", ".join(f"{s:.1f} s ({w})" for w, s in sorted(self.setups))
+                terminalreporter.write_line(
+                    f"set-up: models loaded in {loads}, apart from the checks' time "
+                    "(a set-up phase in pytest --durations)"
+                )
             for line in summary_lines(self.checks):
                 terminalreporter.write_line(line)
             for problem in self.problems:

@@ -13,6 +13,7 @@ import dataclasses
 import shlex
 import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ __all__ = [
     "Check",
     "CheckSession",
     "Policy",
+    "control_lines",
     "describe",
     "divergence_line",
     "problems",
@@ -197,16 +199,21 @@ class CheckSession:
         self._tmp: str | None = None
         # How many prompts share the run's alpha in sampling mode (set from the collected suite).
         self.family_size: int | None = None
+        self.setup_s: float | None = None  # seconds the models took to load, once loaded
 
     def runner(self, mode: str) -> Runner:
         if self._error is not None:
             raise self._error  # the models failed to load once: fail every check fast
         if mode not in self._runners:
+            start = time.perf_counter()
+            loads = self._engines is None
             try:
                 self._runners[mode] = self._make_runner(mode)
             except Exception as exc:
                 self._error = exc
                 raise
+            if loads:
+                self.setup_s = time.perf_counter() - start
         return self._runners[mode]
 
     def _make_runner(self, mode: str) -> Runner:
@@ -266,12 +273,14 @@ class CheckSession:
 
 def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
     """Why the session fails as a whole: a failed control, or too much numeric drift."""
-    found = [
-        f"control {e['event']} FAILED: {e['detail']}"
-        for c in checks
-        for e in c.events
-        if e.get("ok") is False
-    ]
+    found = list(  # once each, however many xdist workers saw it
+        dict.fromkeys(
+            f"control {e['event']} FAILED: {e['detail']}"
+            for c in checks
+            for e in c.events
+            if e.get("ok") is False
+        )
+    )
     drift = sum(c.label is Label.NUMERIC_DRIFT for c in checks)
     rate = policy.max_drift_rate
     if rate is not None and checks and drift > rate * len(checks):
@@ -332,14 +341,26 @@ def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
     return written
 
 
+def control_lines(events: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Each control once, however many processes ran it (under pytest-xdist each worker checks
+    its own models): ``control determinism: ok - ... (run by each of 2 workers)``."""
+    runs = Counter(
+        (str(e["event"]), "ok" if e.get("ok") else "FAILED", str(e.get("detail", "")))
+        for e in events
+    )
+    return [
+        f"control {event}: {status} - {detail}" + (f" ({n} runs, one per worker)" if n > 1 else "")
+        for (event, status, detail), n in runs.items()
+    ]
+
+
 def summary_lines(checks: Sequence[Check]) -> list[str]:
     """The session's end in a few lines: label counts, controls, each mode's conclusion and,
     where prompts were graded, its quality line."""
     counts = Counter(c.label.value for c in checks)
     lines = ["labels: " + ", ".join(f"{n} {label}" for label, n in counts.items())]
     for mode, summary in _summaries(checks).items():
-        for e in summary.events:
-            lines.append(f"control {e['event']}: {'ok' if e['ok'] else 'FAILED'} - {e['detail']}")
+        lines.extend(control_lines(summary.events))
         lines.append(f"{mode}: {summary.conclusion}")
         if summary.quality:
             lines.extend(f"{mode}: {line}" for line in summary.quality_lines)

@@ -25,5 +25,17 @@ def test_no_prompt_matches_is_an_error_that_names_the_glob(project):
 def test_a_model_that_cannot_load_fails_every_item_with_the_reason(project):
     args = [a if a != "target.gguf" else "missing.gguf" for a in project.args]
     result = project.pytester.runpytest(*args)
-    result.assert_outcomes(failed=3)
+    result.assert_outcomes(errors=3)  # in the set-up phase, where the models load
     result.stdout.fnmatch_lines(["*equiv: error: target model: *missing.gguf*"])
+
+
+def test_the_model_load_is_set_up_time_not_a_checks_call_time(project):
+    result = project.pytester.runpytest(*project.args, "--junitxml=junit.xml")
+    reports = result.reprec.getreports("pytest_runtest_logreport")
+    setups = [r for r in reports if r.when == "setup" and hasattr(r, "equiv_setup")]
+    assert [r.nodeid for r in setups] == ["equiv::s/same::temp0"]  # the first item's set-up
+    result.stdout.fnmatch_lines(
+        ["set-up: models loaded in * s (main), apart from the checks' time *"]
+    )
+    junit = (project.pytester.path / "junit.xml").read_text(encoding="utf-8")
+    assert junit.count('name="equiv_setup_s"') == 1

@@ -16,7 +16,12 @@ def test_junit_xml_has_the_cases_labels_and_failure_message(project):
     assert set(cases) == {"equiv.s/same::temp0", "equiv.s/drift::temp0", "equiv.s/bug::temp0"}
     same, div = cases["equiv.s/same::temp0"], cases["equiv.s/bug::temp0"]
     assert same.find("failure") is None
-    assert _properties(same) == {"equiv_label": "equivalent"}
+    assert _properties(same) == {
+        "equiv_label": "equivalent",
+        "equiv_setup_s": _properties(same)["equiv_setup_s"],  # the first: the models' load
+    }
+    assert float(_properties(same)["equiv_setup_s"]) >= 0
+    assert "equiv_setup_s" not in _properties(div)
     label = _properties(div)["equiv_label"]
     failure = div.find("failure")
     assert failure is not None

@@ -1,4 +1,5 @@
-"""Under pytest-xdist: workers run the checks, the controller alone sums up and reports."""
+"""Under pytest-xdist: workers run the checks, the controller alone sums up and reports: each
+control once, each worker's model load apart from the checks' time."""
 
 import pytest
 
@@ -33,4 +34,11 @@ def test_two_workers_one_report_with_every_check(project):
     assert keys[0].startswith("check/test_hand_")
     assert 1 <= sum(r.get("event") == "determinism" for r in lines) <= 2  # one per busy worker
     assert len(project.loads()) in (2, 4)  # each worker loads the models once
+    # The control once in the summary, the model loads apart from the checks' own time.
+    assert len([line for line in out.splitlines() if line.startswith("control determinism")]) == 1
+    result.stdout.fnmatch_lines(
+        ["set-up: models loaded in * s (gw*), apart from the checks' time *"]
+    )
+    workers = out.count(" s (gw")
+    assert workers == len(project.loads()) // 2
     assert result.ret == pytest.ExitCode.TESTS_FAILED
