@@ -36,24 +36,27 @@ class Drift:
     mean_kl: float
     max_kl: float
     top1_agreement: float
+    # Each row's KL (4 significant digits), so that a run's percentiles pool every row.
+    kl_rows: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "kl_rows": list(self.kl_rows)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Drift:
-        return cls(**data)
+        return cls(**{**data, "kl_rows": tuple(data.get("kl_rows", ()))})
 
 
 def drift(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> Drift:
     """Drift between two stacks of logits rows of equal shape (n, vocab), n >= 1."""
-    m = drift_metrics(a, b)
+    m = drift_metrics(a, b, rows=True)
     return Drift(
         positions=m.n,
         max_abs_delta_logit=round(m.max_abs_logit_delta, 6),
         mean_kl=round(m.kl_mean, 9),
         max_kl=round(m.kl_max, 9),
         top1_agreement=round(m.top1_agreement, 6),
+        kl_rows=m.kl_rows,
     )
 
 

@@ -55,7 +55,9 @@ def _fields_from(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     missing = [f.name for f in fields if f.name not in data]
     if missing:
         raise ValueError(f"{cls.__name__} record lacks {missing}; re-run the comparison")
-    kinds = {f.name: _KINDS[str(f.type).split(" | ")[0]] for f in fields}
+    kinds = {
+        f.name: _KINDS[kind] for f in fields if (kind := str(f.type).split(" | ")[0]) in _KINDS
+    }
     return {k: None if data[k] is None else kinds[k](data[k]) for k in kinds}
 
 
@@ -515,13 +517,20 @@ class DriftMetrics:
     kl_max: float
     max_abs_logit_delta: float
     top1_agreement: float
+    # Each row's KL, in row order, where asked for (`drift_metrics(..., rows=True)`): run-level
+    # percentiles pool the rows of every prompt.
+    kl_rows: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if not self.kl_rows:
+            del data["kl_rows"]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DriftMetrics:
-        return cls(**_fields_from(cls, data))
+        rows = tuple(float(x) for x in data.get("kl_rows", ()))
+        return cls(**_fields_from(cls, {**data, "kl_rows": None}), kl_rows=rows)
 
 
 def _row_kl(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
@@ -538,13 +547,16 @@ def _row_kl(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
     return max(cross - math.log(sa) + math.log(sb), 0.0)
 
 
-def drift_metrics(logits_a: npt.ArrayLike, logits_b: npt.ArrayLike) -> DriftMetrics:
+def drift_metrics(
+    logits_a: npt.ArrayLike, logits_b: npt.ArrayLike, *, rows: bool = False
+) -> DriftMetrics:
     """Per-row ``KL(P_a || P_b) = sum_i P_a(i) (log P_a(i) - log P_b(i))`` with ``P =
     softmax(logits)``, summarised by mean, 99th percentile (linear interpolation) and max; the
     largest ``|l_a - l_b|`` over all entries (0 where both are -inf); and the fraction of rows
     whose argmax (first index on ties) agrees. A token that ``a`` allows and ``b`` forbids
     (-inf) makes that row's KL ``inf``. Rows are processed one at a time in float32 with float64
     sums (KL accurate to about 1e-6 nats), so a 262,144-token vocabulary stays cheap.
+    ``rows``: keep each row's KL too (4 significant digits).
     """
     a = np.asarray(logits_a, dtype=np.float32)
     b = np.asarray(logits_b, dtype=np.float32)
@@ -569,6 +581,7 @@ def drift_metrics(logits_a: npt.ArrayLike, logits_b: npt.ArrayLike) -> DriftMetr
         kl_max=float(kl.max()),
         max_abs_logit_delta=delta,
         top1_agreement=float(np.mean(np.argmax(a, axis=1) == np.argmax(b, axis=1))),
+        kl_rows=tuple(float(f"{x:.4g}") for x in kl) if rows else (),
     )
 
 

@@ -9,9 +9,30 @@ from typing import Any
 
 from equiv.verdicts.classify import run_verdict
 from equiv.verdicts.labels import Label, verdict_of
-from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS, Quality, quality, samples_from_records
+from equiv.verdicts.quality import (
+    DEFAULT_MARGIN_POINTS,
+    Quality,
+    quality,
+    samples_from_records,
+    wilson,
+)
+from equiv.verdicts.run_drift import RunDrift, run_drift
 
-__all__ = ["SuiteSummary", "Summary", "summarize", "summarize_file"]
+__all__ = [
+    "SUMMARY_SCHEMA",
+    "Control",
+    "LabelRate",
+    "RunSummary",
+    "Speed",
+    "SuiteSummary",
+    "Summary",
+    "run_summary",
+    "summarize",
+    "summarize_file",
+]
+
+#: The version of summary.json's layout (`RunSummary.to_dict`).
+SUMMARY_SCHEMA = 1
 
 
 @dataclass
@@ -126,6 +147,8 @@ class Summary:
     differences: list[str] = field(default_factory=list)
     # Graded prompts: one answer per mode present (temp 0 first), see equiv.verdicts.quality.
     quality: tuple[Quality, ...] = ()
+    # Every row both paths computed on the same context, pooled (llama-perplexity's figures).
+    drift: RunDrift | None = None
 
     @property
     def quality_lines(self) -> list[str]:
@@ -191,6 +214,7 @@ def summarize(
         suite = str(record["suite"])
         summary.suites.setdefault(suite, SuiteSummary(suite)).add(record)
         summary.total.add(record)
+    summary.drift = run_drift((r.get("comparison") or {}).get("drift") for r in records)
     for record in analyses:
         suite = str(record["suite"])
         summary.suites.setdefault(suite, SuiteSummary(suite)).add_analysis(record)
@@ -207,4 +231,119 @@ def summarize_file(results: Any) -> Summary:
         results.analyses(),
         differences=header.get("differences", []),
         quality_margin=float(header.get("config", {}).get("quality_margin", DEFAULT_MARGIN_POINTS)),
+    )
+
+
+# -- summary.json: the run's figures for a machine ---------------------------------------------
+@dataclass(frozen=True)
+class LabelRate:
+    """How many prompts got a label, their share, and its 95 % Wilson interval."""
+
+    label: str
+    count: int
+    rate: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Control:
+    event: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Decode speed of both paths (tokens/s after the first token) and the draft's figures."""
+
+    baseline_tps: float
+    speculative_tps: float
+    measured_speedup: float | None
+    predicted_speedup: float | None
+    acceptance: float | None
+    drafted: int
+    accepted: int
+    mean_accepted: float | None
+    cost_ratio: float | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What ``summary.json`` holds: a run's verdict and figures, without its per-prompt records.
+    Every figure comes from `Summary` (computed there once)."""
+
+    schema: int
+    label: str
+    reason: str
+    conclusion: str
+    prompts: int
+    labels: tuple[LabelRate, ...]
+    controls: tuple[Control, ...]
+    speed: Speed
+    drift: RunDrift | None
+    differences: tuple[str, ...]
+    quality: tuple[str, ...]  # the quality line of each mode; empty without graded prompts
+    suites: tuple[tuple[str, int, float | None], ...]  # (suite, prompts, acceptance)
+    extra: tuple[tuple[str, Any], ...] = ()  # the caller's: results path, mode, command
+
+    @property
+    def failed_controls(self) -> int:
+        return sum(not c.ok for c in self.controls)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            **dict(self.extra),
+            "verdict": {"label": self.label, "reason": self.reason},
+            "conclusion": self.conclusion,
+            "prompts": self.prompts,
+            "labels": {x.label: x.count for x in self.labels},
+            "rates": {x.label: {"rate": x.rate, "low": x.low, "high": x.high} for x in self.labels},
+            "controls": [c.__dict__ for c in self.controls],
+            "failed_controls": self.failed_controls,
+            "speed": self.speed.__dict__,
+            "drift": None if self.drift is None else self.drift.to_dict(),
+            "differences": list(self.differences),
+            "quality": list(self.quality),
+            "suites": [{"suite": s, "prompts": n, "acceptance": a} for s, n, a in self.suites],
+        }
+
+
+def run_summary(summary: Summary, **extra: Any) -> RunSummary:
+    """The summary.json figures of ``summary``; ``extra`` (plain JSON values) are kept as is."""
+    t, verdict = summary.total, summary.verdict
+    labels = []
+    for label in Label:
+        count = t.labels.get(label.value, 0)
+        interval = wilson(count, t.prompts, level=0.95)
+        rate = count / t.prompts if t.prompts else 0.0
+        labels.append(LabelRate(label.value, count, rate, interval.low, interval.high))
+    return RunSummary(
+        schema=SUMMARY_SCHEMA,
+        label=verdict.label.value,
+        reason=verdict.reason,
+        conclusion=summary.conclusion,
+        prompts=t.prompts,
+        labels=tuple(labels),
+        controls=tuple(
+            Control(str(e["event"]), bool(e.get("ok")), str(e.get("detail", "")))
+            for e in summary.events
+        ),
+        speed=Speed(
+            baseline_tps=t.baseline_tps,
+            speculative_tps=t.speculative_tps,
+            measured_speedup=t.measured_speedup,
+            predicted_speedup=t.predicted_speedup,
+            acceptance=t.acceptance,
+            drafted=t.drafted,
+            accepted=t.accepted,
+            mean_accepted=t.mean_accepted,
+            cost_ratio=t.cost_ratio,
+        ),
+        drift=summary.drift,
+        differences=tuple(summary.differences),
+        quality=tuple(summary.quality_lines) if summary.quality else (),
+        suites=tuple((s.suite, s.prompts, s.acceptance) for s in summary.suites.values()),
+        extra=tuple(extra.items()),
     )

@@ -1,0 +1,58 @@
+"""``summary.json``: a run's verdict and figures for a machine (labels and their rates, controls,
+speed, drift percentiles, the quality line where prompts were graded), rendered from the results
+file alone, beside it. ``equiv run --json`` prints the same object."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from equiv.records import ResultsFile
+from equiv.verdicts.summary import RunSummary, run_summary, summarize_file
+
+__all__ = ["SUMMARY_NAME", "summary_json", "summary_of", "write_summary"]
+
+SUMMARY_NAME = "summary.json"
+
+
+def summary_of(results_path: str | os.PathLike[str]) -> RunSummary:
+    """The `RunSummary` of a results file, naming the file and the run's mode and command."""
+    results = ResultsFile(Path(results_path))
+    header = results.header()
+    config = header.get("config") or {}
+    return run_summary(
+        summarize_file(results),
+        results=str(results_path),
+        mode=config.get("mode"),
+        command=header.get("command", ""),
+        equiv=header.get("equiv"),
+    )
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: they become null (the figure could not be computed)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def summary_json(summary: RunSummary) -> str:
+    """The JSON text of ``summary`` (strict JSON: no NaN)."""
+    return json.dumps(_finite(summary.to_dict()), indent=2, allow_nan=False) + "\n"
+
+
+def write_summary(
+    results_path: str | os.PathLike[str], out_path: str | os.PathLike[str] | None = None
+) -> Path:
+    """Write ``summary.json`` beside ``results_path`` (or to ``out_path``); the path written."""
+    out = Path(out_path) if out_path is not None else Path(results_path).with_name(SUMMARY_NAME)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(summary_json(summary_of(results_path)), encoding="utf-8")
+    return out

@@ -1,0 +1,104 @@
+"""Drift at run level, as llama.cpp users know it from ``llama-perplexity --kl-divergence``.
+
+Every row both paths computed on the same context (each prompt's rows up to and including its
+first divergence) is pooled over the run: the mean KL and its percentiles (99.9 %, 99 %, 95 %,
+median), the largest KL, the largest |Δlogit| and the share of rows with the same top token.
+A pure function of the comparisons' recorded drift; no model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["RunDrift", "run_drift"]
+
+#: The percentiles llama-perplexity --kl-divergence prints, as (name, q in [0, 100]).
+PERCENTILES: tuple[tuple[str, float], ...] = (
+    ("kl_p999", 99.9),
+    ("kl_p99", 99.0),
+    ("kl_p95", 95.0),
+    ("kl_median", 50.0),
+)
+
+
+@dataclass(frozen=True)
+class RunDrift:
+    """The pooled drift of a run. KL is KL(baseline || speculative) in nats, per row.
+
+    ``rows_with_kl`` of the ``rows`` carry their own KL (results written before equiv kept it
+    carry only their prompt's mean); the percentiles are over those rows, None where none do.
+    """
+
+    prompts: int
+    rows: int
+    rows_with_kl: int
+    kl_mean: float
+    kl_median: float | None
+    kl_p95: float | None
+    kl_p99: float | None
+    kl_p999: float | None
+    kl_max: float
+    max_abs_logit_delta: float
+    same_top: float  # share of rows whose top token is the same on both paths
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def line(self) -> str:
+        """One line, in llama-perplexity's order."""
+        parts = [f"mean KL {self.kl_mean:.3g}"]
+        parts += [
+            f"{label} {value:.3g}"
+            for label, value in (
+                ("99.9%", self.kl_p999),
+                ("99%", self.kl_p99),
+                ("95%", self.kl_p95),
+                ("median", self.kl_median),
+            )
+            if value is not None
+        ]
+        parts.append(f"max {self.kl_max:.3g}")
+        some = "" if self.rows_with_kl == self.rows else f"; percentiles of {self.rows_with_kl}"
+        return (
+            f"drift over {self.rows} shared rows of {self.prompts} prompt(s): "
+            f"{', '.join(parts)} nats; max |Δlogit| {self.max_abs_logit_delta:.4g}; "
+            f"same top token {100 * self.same_top:.2f}%{some}"
+        )
+
+
+def _get(drift: Mapping[str, Any], *names: str) -> Any:
+    """A field under its current or older name (``positions``/``rows``, ...)."""
+    return next((drift[n] for n in names if n in drift), None)
+
+
+def run_drift(drifts: Iterable[Mapping[str, Any] | None]) -> RunDrift | None:
+    """Pool the recorded drift of each comparison (``comparison.drift`` of each result record,
+    as a mapping; None where a record has none). None when no record has any."""
+    kept = [d for d in drifts if d and (_get(d, "positions", "rows") or 0) > 0]
+    if not kept:
+        return None
+    n = np.array([int(_get(d, "positions", "rows")) for d in kept])
+    means = np.array([float(_get(d, "mean_kl", "kl_mean")) for d in kept])
+    agree = np.array([float(d["top1_agreement"]) for d in kept])
+    pooled = [float(x) for d in kept for x in d.get("kl_rows") or ()]
+    values = np.array(pooled, dtype=np.float64)
+    quantiles: dict[str, float | None] = {name: None for name, _ in PERCENTILES}
+    if values.size:
+        quantiles = {name: float(np.percentile(values, q)) for name, q in PERCENTILES}
+    return RunDrift(
+        prompts=len(kept),
+        rows=int(n.sum()),
+        rows_with_kl=int(values.size),
+        kl_mean=float((means * n).sum() / n.sum()),
+        kl_max=max(float(_get(d, "max_kl", "kl_max")) for d in kept),
+        max_abs_logit_delta=max(
+            float(_get(d, "max_abs_delta_logit", "max_abs_logit_delta")) for d in kept
+        ),
+        same_top=float(np.round(agree * n).sum() / n.sum()),
+        **quantiles,
+    )
