@@ -195,7 +195,11 @@ def test_a_llama_server_answer_becomes_a_generation(tiny_config, fake):
     assert fp["engine"] == "server"
     assert fp["n_ctx"] == 2048
     assert fp["build_info"] == "b0-fake"
-    assert server_facts(engine) == {"url": fake.url, "api": "llama"}
+    assert server_facts(engine) == {
+        "url": fake.url,
+        "api": "llama",
+        "rescoring": "llama-server n_probs, one request per position",
+    }
 
 
 def test_placeholder_probabilities_of_speculative_tokens_are_recorded_as_missing(tiny_config, fake):
@@ -365,7 +369,7 @@ SEED_PLAN = [Prompt("s", "p", text="a", max_tokens=1)]
 
 def test_the_runner_keeps_up_to_the_concurrency_prompts_in_flight(tiny_config, fake, tmp_path):
     fake.delay_s = 0.05
-    fake.script["/completion"] = [lambda body: _json(_completion([body["seed"]]))]
+    fake.script["/completion"] = [lambda body: _json(_completion([body.get("seed", 1)]))]
     with _seed_runner(tiny_config, fake.url, tmp_path / "r.jsonl", 3) as runner:
         assert runner.in_flight == 3
         runner.run(plan(SEED_PLAN, runner.config))
@@ -378,10 +382,11 @@ def test_the_runner_keeps_up_to_the_concurrency_prompts_in_flight(tiny_config, f
 def test_the_first_prompt_and_the_determinism_control_run_alone(tiny_config, fake, tmp_path):
     """Whether the engine repeats itself is asked with nothing else in its batch."""
     fake.delay_s = 0.02
-    fake.script["/completion"] = [lambda body: _json(_completion([body["seed"]]))]
+    fake.script["/completion"] = [lambda body: _json(_completion([body.get("seed", 1)]))]
     with _seed_runner(tiny_config, fake.url, tmp_path / "r.jsonl", 3, controls=True) as runner:
         runner.run(plan(SEED_PLAN, runner.config))
-    seeds = [body["seed"] for path, body in fake.calls if path == "/completion"]
+    # (requests without a seed are the re-scoring of each speculative sample on the baseline)
+    seeds = [body["seed"] for path, body in fake.calls if path == "/completion" and "seed" in body]
     assert seeds[:3] == [1, 1, 1]  # baseline, speculative, the baseline again
     assert sorted(seeds[3:]) == sorted([*range(2, 9), *range(2, 9)])
     (event,) = [e for e in ResultsFile(tmp_path / "r.jsonl").records() if e["kind"] == "event"]
@@ -409,9 +414,9 @@ def test_a_failure_in_flight_keeps_every_answered_prompt_and_resume_ends_it(
     fake.delay_s = 0.02
 
     def reply(body: Any) -> Reply:
-        if body["seed"] == 5:
+        if body.get("seed") == 5:
             return _json({"error": {"code": 500, "message": "boom"}}, status=500)
-        return _json(_completion([body["seed"]]))
+        return _json(_completion([body.get("seed", 1)]))
 
     fake.script["/completion"] = [reply]
     path = tmp_path / "r.jsonl"
@@ -424,9 +429,9 @@ def test_a_failure_in_flight_keeps_every_answered_prompt_and_resume_ends_it(
     # seeds 1-4 were answered before seed 5 failed; the one in flight beside it is kept too, and
     # nothing was sent after the failure
     assert {1, 2, 3, 4} <= kept <= {1, 2, 3, 4, 6}
-    sent = {body["seed"] for p, body in fake.calls if p == "/completion"}
+    sent = {body.get("seed") for p, body in fake.calls if p == "/completion"}
     assert not {7, 8} & sent
-    fake.script["/completion"] = [lambda body: _json(_completion([body["seed"]]))]
+    fake.script["/completion"] = [lambda body: _json(_completion([body.get("seed", 1)]))]
     with _seed_runner(tiny_config, fake.url, path, 2) as runner:
         new = runner.run(plan(SEED_PLAN, runner.config), resume=True)
     assert {r["seed"] for r in new if "comparison" in r} == set(range(1, 9)) - kept

@@ -42,6 +42,7 @@ from equiv.engines.server.process import (
     split_draft,
 )
 from equiv.engines.server.rescore import LlamaRescorer, RescoreCost
+from equiv.engines.server.scoring_openai import OpenAIRescorer, detect_openai_scorer
 from equiv.engines.server.settings import (
     ServerSettings,
     settings_for,
@@ -99,12 +100,16 @@ class ServerEngine:
         except BaseException:
             self.close()
             raise
-        self._rescorer: LlamaRescorer | None = None
+        self._rescorer: LlamaRescorer | OpenAIRescorer | None = None
+        self._rescoring_how = "none: the server returns no token IDs"
         if self.api == "llama":
             n_vocab = self._facts.get("n_vocab") or read_gguf_info(config.target.path).vocab_size
             self._rescorer = LlamaRescorer(
                 self.client, n_vocab=int(n_vocab), n_probs=rescore_candidates(config)
             )
+            self._rescoring_how = "llama-server n_probs, one request per position"
+        elif self._facts.get("token_ids"):
+            self._rescorer, self._rescoring_how = self._openai_scorer()
         self.capabilities = Capabilities(
             full_logits=False,
             deterministic_seed=self.api == "llama",
@@ -190,6 +195,18 @@ class ServerEngine:
         self.model = str(model)
         probe = self._complete([self.prompt_tokens(Prompt("probe", "probe", text="Hi"))[-1]], 1)
         return {"api": "openai", "model": self.model, "models": ids, "token_ids": probe.ids_known}
+
+    def _openai_scorer(self) -> tuple[OpenAIRescorer | None, str]:
+        """vLLM's prompt_logprobs or SGLang's /generate, whichever this server answers."""
+        try:
+            n_vocab = read_gguf_info(self.config.target.path).vocab_size
+        except (OSError, ValueError) as exc:
+            return None, f"none: the target's vocabulary size is unknown ({exc})"
+        probe = self.prompt_tokens(Prompt("probe", "probe", text="Hello there, world"))
+        return detect_openai_scorer(
+            self.client, model=self.model, probe=probe, n_vocab=n_vocab,
+            n_probs=rescore_candidates(self.config),
+        )  # fmt: skip
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
@@ -330,12 +347,14 @@ class ServerEngine:
     def rescore(
         self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
     ) -> npt.NDArray[np.float32]:
-        """The target's rows on this server: one ``n_predict: 1, n_probs: K`` request per
-        position (`equiv.engines.server.rescore`); ``-inf`` outside the K candidates."""
+        """The target's rows on this server: on llama-server one ``n_predict: 1, n_probs: K``
+        request per position (`equiv.engines.server.rescore`), on vLLM / SGLang one prefill
+        request (`equiv.engines.server.scoring_openai`); ``-inf`` outside the K candidates."""
         if self._rescorer is None:
             raise EngineError(
-                f"the {self.path} server at {self.url} ({self.api} API) cannot re-score: equiv "
-                "scores given tokens on llama-server only"
+                f"the {self.path} server at {self.url} ({self.api} API) cannot re-score "
+                f"({self._rescoring_how}); equiv scores given tokens on llama-server (n_probs), "
+                "vLLM (prompt_logprobs) and SGLang (/generate with return_logprob)"
             )
         try:
             return self._rescorer.rescore(prompt_tokens, tokens, batched=batched)
@@ -374,7 +393,7 @@ class ServerEngine:
     def server_facts(self) -> dict[str, Any]:
         """Where this path's server is and what it said: URL, and for a server equiv started,
         its full command line, log file and the log's tail."""
-        facts: dict[str, Any] = {"url": self.url, "api": self.api}
+        facts: dict[str, Any] = {"url": self.url, "api": self.api, "rescoring": self._rescoring_how}
         if self._server is not None:
             facts.update(
                 argv=self._server.argv,
