@@ -35,6 +35,7 @@ __all__ = [
     "build_config",
     "engine_options",
     "merge_toml",
+    "spec_overrides",
 ]
 
 
@@ -49,6 +50,9 @@ class Option:
     flag: bool = False  # a store_true switch
     multiple: bool = False  # may be given several times (and as a comma list)
     engine: str | None = None  # an option of this engine only: it goes to config.engine_options
+    # llama.cpp's spellings of the same option, accepted by ``equiv run`` so a user pastes their
+    # flags (``-c 4096 -t 8 -fa on``); the pytest plugin keeps to ``--equiv-<name>``.
+    aliases: tuple[str, ...] = ()
 
     @property
     def dest(self) -> str:
@@ -85,13 +89,21 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(
         "config", "TOML file with these options ([tool.equiv] table or top level)", metavar="TOML"
     ),
-    Option("target", "target GGUF (default: the bundled Gemma 3 270M Q4_K_M)", metavar="GGUF"),
     Option(
-        "draft", "draft GGUF (default: the target requantized to --draft-quant)", metavar="GGUF"
+        "target",
+        "target GGUF (default: the bundled Gemma 3 270M Q4_K_M)",
+        metavar="GGUF",
+        aliases=("-m", "--model"),
+    ),
+    Option(
+        "draft",
+        "draft GGUF (default: the target requantized to --draft-quant)",
+        metavar="GGUF",
+        aliases=("-md", "--model-draft"),
     ),
     Option(
         "draft-quant",
-        f"quant type of the derived default draft (default {DEFAULT_DRAFT_QUANT})",
+        "quant type of the derived default draft",
         default=DEFAULT_DRAFT_QUANT,
         choices=tuple(DRAFT_QUANTS),
     ),
@@ -113,7 +125,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default="temp0",
         choices=tuple(m.value for m in Mode),
     ),
-    Option("max-tokens", "override every prompt's max_tokens", type=int, metavar="N"),
+    Option(
+        "max-tokens",
+        "override every prompt's max_tokens",
+        type=int,
+        metavar="N",
+        aliases=("-n", "--n-predict"),
+    ),
     Option(
         "draft-max",
         "most tokens drafted per step (llama.cpp --draft-max)",
@@ -135,12 +153,45 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default=0.75,
         metavar="P",
     ),
-    Option("n-ctx", "context size of both paths", type=int, default=2048, metavar="N"),
-    Option("n-batch", "logical batch size", type=int, default=512, metavar="N"),
-    Option("n-ubatch", "physical batch size", type=int, default=512, metavar="N"),
-    Option("threads", "CPU threads (default: all cores)", type=int, metavar="N"),
-    Option("flash-attn", "enable flash attention on both paths", flag=True),
-    Option("temp", "sampling temperature (sampling mode)", type=float, default=0.8, metavar="T"),
+    Option(
+        "n-ctx",
+        "context size of both paths",
+        type=int,
+        default=2048,
+        metavar="N",
+        aliases=("-c", "--ctx-size"),
+    ),
+    Option(
+        "n-batch",
+        "logical batch size",
+        type=int,
+        default=512,
+        metavar="N",
+        aliases=("-b", "--batch-size"),
+    ),
+    Option(
+        "n-ubatch",
+        "physical batch size",
+        type=int,
+        default=512,
+        metavar="N",
+        aliases=("-ub", "--ubatch-size"),
+    ),
+    Option("threads", "CPU threads (default: all cores)", type=int, metavar="N", aliases=("-t",)),
+    Option(
+        "flash-attn",
+        "flash attention on both paths (llama.cpp's -fa on|off also works)",
+        flag=True,
+        aliases=("-fa",),
+    ),
+    Option(
+        "temp",
+        "sampling temperature (sampling mode)",
+        type=float,
+        default=0.8,
+        metavar="T",
+        aliases=("--temperature",),
+    ),
     Option("top-k", "top-k (0 disables)", type=int, default=40, metavar="K"),
     Option("top-p", "top-p in (0, 1]", type=float, default=0.95, metavar="P"),
     Option("min-p", "min-p in [0, 1]", type=float, default=0.05, metavar="P"),
@@ -154,6 +205,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         type=int,
         default=1,
         metavar="S",
+        aliases=("-s", "--seed"),
     ),
     Option(
         "alpha",
@@ -169,6 +221,14 @@ RUN_OPTIONS: tuple[Option, ...] = (
         type=_margin,
         default=3.0,
         metavar="POINTS",
+    ),
+    Option(
+        "spec",
+        "a setting of the speculative path only, KEY=VALUE (n_ctx=1024, temp=0.7, "
+        "target=other.gguf, ...): reproduce two deployments that differ; repeatable. TOML: a "
+        "[tool.equiv.speculative] table",
+        metavar="KEY=VALUE",
+        multiple=True,
     ),
     Option(
         "engine",
@@ -277,19 +337,36 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
 )
 
 
+def _on_off(text: str) -> bool:
+    """llama.cpp's ``on|off`` (and ``true|false``, ``1|0``) for a switch."""
+    value = text.strip().lower()
+    if value in ("on", "true", "1", "yes"):
+        return True
+    if value in ("off", "false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: give on or off")
+
+
 def add_arguments(
     parser: argparse.ArgumentParser, options: tuple[Option, ...] = RUN_OPTIONS
 ) -> None:
     for opt in options:
+        names = (f"--{opt.name}", *opt.aliases)
         if opt.flag:
-            parser.add_argument(f"--{opt.name}", action="store_true", default=None, help=opt.help)
-        elif opt.multiple:
             parser.add_argument(
-                f"--{opt.name}", action="append", metavar=opt.metavar, help=opt.help
+                *names,
+                nargs="?",
+                const=True,
+                type=_on_off,
+                metavar="on|off",
+                default=None,
+                help=opt.help,
             )
+        elif opt.multiple:
+            parser.add_argument(*names, action="append", metavar=opt.metavar, help=opt.help)
         else:
             parser.add_argument(
-                f"--{opt.name}",
+                *names,
                 type=opt.type,
                 metavar=opt.metavar,
                 choices=opt.choices,
@@ -306,6 +383,7 @@ def merge_toml(
     toml: dict[str, Any] = {}
     if values.get("config"):
         toml = {k.replace("-", "_"): v for k, v in load_toml(values["config"]).items()}
+    toml = _spec_from_toml(toml, values.get("config"))
     known = {o.dest for o in options}
     unknown = sorted(set(toml) - known - {o.dest for o in PLUGIN_OPTIONS})
     if unknown:
@@ -318,8 +396,64 @@ def merge_toml(
             value = opt.default
         if opt.multiple:
             value = _split_list(value)
+        if opt.dest == "spec" and values.get("spec"):  # per key: the command line adds to TOML
+            value = [*_split_list(toml.get("spec")), *value]
         merged[opt.dest] = value
     return merged
+
+
+#: TOML spellings of the speculative path's own settings, beside ``spec = ["n_ctx=1024"]``.
+_SPEC_TABLE, _SPEC_PAIRS = "speculative", "spec_overrides"
+
+
+def _spec_from_toml(toml: dict[str, Any], where: Any) -> dict[str, Any]:
+    """``[tool.equiv.speculative]`` (a table) and ``spec_overrides = [["n_ctx", 1024]]`` (pairs)
+    as ``spec`` entries ``KEY=VALUE``."""
+    entries = _split_list(toml.get("spec"))
+    table = toml.get(_SPEC_TABLE, {})
+    if not isinstance(table, Mapping):
+        raise ConfigError(
+            f"speculative = {table!r} in {where!r}: make it a table, [tool.equiv.speculative]"
+        )
+    pairs = toml.get(_SPEC_PAIRS, [])
+    bad = [p for p in pairs if not (isinstance(p, list | tuple) and len(p) == 2)]
+    if not isinstance(pairs, list | tuple) or bad:
+        raise ConfigError(
+            f"spec_overrides = {pairs!r} in {where!r}: give [KEY, VALUE] pairs, e.g. "
+            '[["n_ctx", 1024]]'
+        )
+    entries += [f"{k}={_toml_text(v)}" for k, v in [*table.items(), *pairs]]
+    rest = {k: v for k, v in toml.items() if k not in (_SPEC_TABLE, _SPEC_PAIRS)}
+    return {**rest, "spec": entries} if entries else rest
+
+
+def _toml_text(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def spec_overrides(entries: Any) -> tuple[tuple[str, Any], ...]:
+    """``["n_ctx=1024", "temp=0.7"]`` -> ``(("n_ctx", 1024), ("temp", 0.7))``, each value of the
+    type its run option has (``RunConfig`` then refuses a key it cannot override)."""
+    by_dest = {o.dest: o for o in RUN_OPTIONS}
+    by_dest["n_threads"] = by_dest["threads"]
+    out: list[tuple[str, Any]] = []
+    for entry in _split_list(entries):
+        key, sep, raw = entry.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ConfigError(f"--spec {entry!r}: give KEY=VALUE, e.g. --spec n_ctx=1024")
+        opt = by_dest.get(key)
+        try:
+            if opt is not None and opt.flag:
+                value: Any = _on_off(raw)
+            elif opt is not None:
+                value = opt.type(raw.strip())
+            else:  # a sampling field without a run option of its own (typical_p, ...)
+                value = float(raw)
+        except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
+            raise ConfigError(f"--spec {entry!r}: {exc}") from None
+        out.append(("n_threads" if key == "threads" else key, value))
+    return tuple(out)
 
 
 def _split_list(value: Any) -> list[str]:
@@ -404,6 +538,7 @@ def build_config(
         alpha=v["alpha"],
         quality_margin=v["quality_margin"],
         engine_options=engine_options(v, v["engine"], workdir=workdir),
+        spec_overrides=spec_overrides(v["spec"]),
         **extra,
     )
     return config, pair
