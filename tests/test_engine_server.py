@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from equiv.cli.main import main
@@ -656,3 +657,49 @@ def test_a_server_that_never_gets_healthy_times_out_with_its_log(tmp_path):
     with pytest.raises(EngineError, match=r"not healthy after 1 s(.|\n)*stuck"):
         ServerProcess.start([str(binary)], log_path=tmp_path / "s.log", timeout_s=1)
     assert time.monotonic() - started < 15
+
+
+def _scored(body: Any) -> Reply:
+    """A scoring answer as llama-server gives it: the prompt's length, and timings saying how
+    many tokens it evaluated (all when cold, one on top of the cached prefix)."""
+    answer = _completion([len(body["prompt"]) % 30])
+    n = len(body["prompt"])
+    answer["tokens_evaluated"] = n
+    answer["timings"] = {"prompt_n": 1 if body["cache_prompt"] else n, "cache_n": 0}
+    if body["cache_prompt"]:
+        answer["timings"]["cache_n"] = n - 1
+    return _json(answer)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_rescoring_asks_one_row_per_position_cold_or_on_the_cached_prefix(
+    tiny_config, fake, batched
+):
+    engine = _engine(tiny_config, fake.url)
+    assert engine.capabilities.rescoring
+    fake.script["/completion"] = [_scored]
+    rows = engine.rescore([1, 9], [4, 5, 6], batched=batched)
+    bodies = [body for path, body in fake.calls if path == "/completion"]
+    assert [b["prompt"] for b in bodies] == [[1, 9], [1, 9, 4], [1, 9, 4, 5]]
+    assert all(b["n_predict"] == 1 and b["post_sampling_probs"] is False for b in bodies)
+    # single-token: the prompt cold, then each position on top of the cached prefix
+    expected = [False] * 3 if batched else [False, True, True]
+    assert [b["cache_prompt"] for b in bodies] == expected
+    assert rows.shape == (3, 40)
+    # the candidates the server returned (ids t and t + 1; id 7's log-probability is null)
+    assert np.isfinite(rows[0]).sum() == 2
+    assert rows[0][2] == pytest.approx(-0.1)
+    assert rows[0][3] == pytest.approx(-3.0)
+    assert rows[0][7] == -np.inf
+    cost = engine.take_rescore_cost()
+    assert cost.requests == 3
+    assert cost.rows_off_path == 0
+    assert cost.tokens_evaluated == (2 + 3 + 4 if batched else 2 + 1 + 1)
+    assert engine.take_rescore_cost().requests == 0  # taken
+
+
+def test_a_scoring_answer_for_another_prefix_is_refused(tiny_config, fake):
+    engine = _engine(tiny_config, fake.url)
+    fake.script["/completion"] = [_json({**_completion([5]), "tokens_evaluated": 7})]
+    with pytest.raises(EngineError, match="answer is for another prefix"):
+        engine.rescore([1, 9], [4], batched=True)
