@@ -19,7 +19,7 @@ from equiv import __version__
 from equiv.config import Mode, RunConfig
 from equiv.engines.base import Engine, EngineFactory, in_flight, rescorer, server_facts
 from equiv.engines.registry import build_engine
-from equiv.errors import ConfigError, PromptError
+from equiv.errors import ConfigError, EngineError, PromptError
 from equiv.records import Generation, ResultsFile
 from equiv.run.inflight import completed
 from equiv.run.plan import PlanItem, plan
@@ -308,7 +308,12 @@ class Runner:
         # the baseline evaluates: the drift between the rows the speculative sampler used and the
         # target's own, and the sample's log-likelihood under the same scorer as the baseline's.
         if rescorer(self.baseline) is not None and spec.tokens:
-            target = self._rescore(tokens, spec.tokens, False)
+            try:
+                target = self._rescore(tokens, spec.tokens, False)
+            except EngineError as exc:  # the generations are kept; the analysis says why
+                record["speculative"]["rescore_error"] = str(exc).splitlines()[0]
+                self._rescore_cost(record)
+                return record
             if spec.logits is not None:
                 record["rescore_drift"] = drift_metrics(spec.logits, target).to_dict()
             record["speculative"]["target_pit"] = chain_pit(

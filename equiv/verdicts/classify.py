@@ -484,11 +484,15 @@ def classify_sampling(
     temperature = _test(analysis, "temperature:speculative")
     if temperature is not None:
         ev["temperature_power"] = temperature["power"]
-    what = (
-        "sampler-consistency"
-        if spec is not None
-        else ("first-token two-sample (no logits reported, no re-scoring)")
-    )
+    what = "sampler-consistency"
+    if spec is None:
+        what = "first-token two-sample (no logits reported, no re-scoring)"
+    errors = analysis.get("rescore_errors") or []
+    if errors:
+        what += (
+            f"; re-scoring failed for {len(errors)} of {analysis['samples']} samples "
+            f"({errors[0]}), so the one-sample tests of the speculative path did not run"
+        )
     if power >= MIN_POWER:
         return Verdict(
             Label.EQUIVALENT,

@@ -349,7 +349,11 @@ def analyze_prompt(
         )
     adjusted = holm([t.p_value for t in tests])
     same = sum(r["baseline"]["tokens"] == r["speculative"]["tokens"] for r in records)
+    errors = [
+        r["speculative"]["rescore_error"] for r in records if "rescore_error" in r["speculative"]
+    ]
     return {
+        **({"rescore_errors": errors} if errors else {}),
         "samples": len(records),
         "alpha": alpha,
         "tests": [{**t.to_dict(), "p_adjusted": p} for t, p in zip(tests, adjusted, strict=True)],
