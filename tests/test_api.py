@@ -97,3 +97,10 @@ def test_import_equiv_loads_no_heavy_dependency():
 def test_each_entry_module_imports_on_its_own(module):
     """No import cycle: each module imports first in a fresh interpreter."""
     subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+
+
+def test_every_fingerprint_key_the_classifier_explains_is_in_the_contract():
+    from equiv.engines.base import FINGERPRINT_KEYS
+    from equiv.verdicts.classify import _WHY
+
+    assert set(_WHY) <= set(FINGERPRINT_KEYS["compared"])
