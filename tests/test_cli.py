@@ -105,3 +105,75 @@ def test_equiv_run_end_to_end(tmp_path):
     assert {r["suite"] for r in results} == {"code", "chat"}
     assert "equivalent" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+# -- help, -q/-v, --json (the fake engine of the plugin tests: no model) -------------------------
+def _subcommands():
+    from equiv.cli.main import _parser
+
+    parser = _parser()
+    action = next(a for a in parser._actions if a.dest == "command")
+    return action.choices, action._choices_actions
+
+
+def test_every_subcommand_and_option_says_what_it_does():
+    parsers, summaries = _subcommands()
+    assert {a.dest for a in summaries} == set(parsers)
+    assert all(a.help for a in summaries)
+    for name, sub in parsers.items():
+        assert len(sub.description or "") > 20, name
+        for action in sub._actions:
+            assert action.help, f"equiv {name} {action.option_strings or action.dest}"
+        text = sub.format_help()
+        assert "(default Q4_0) [Q4_0]" not in text
+    run_help = parsers["run"].format_help()
+    for flag in ("-q, --quiet", "-v, --verbose", "--json", "-c N", "-fa [on|off]", "--spec"):
+        assert flag in run_help
+
+
+@pytest.fixture
+def fake_run(tmp_path, make_gguf, monkeypatch):
+    """``equiv run`` arguments on tiny GGUFs and the plugin tests' fake engine."""
+    import shutil
+    from pathlib import Path
+
+    here = Path(__file__).parent / "plugin" / "fake_engine.py"
+    shutil.copy(here, tmp_path / "fake_engine.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    suite = tmp_path / "s.jsonl"
+    suite.write_text(
+        '{"id": "same", "text": "all the same"}\n{"id": "drift", "text": "we drift apart"}\n',
+        encoding="utf-8",
+    )
+    target, draft = make_gguf("t.gguf"), make_gguf("d.gguf")
+    return [
+        "run", "--engine", "fake_engine:make_engine", "--target", str(target),
+        "--draft", str(draft), "--suite", str(suite), "--max-tokens", "4",
+    ]  # fmt: skip
+
+
+def test_run_json_prints_summary_json_and_keeps_stdout_clean(fake_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, stdout, stderr = _run(capsys, *fake_run, "--out", str(out), "--json")
+    assert code == 0
+    data = json.loads(stdout)  # nothing but the JSON on stdout
+    assert data == json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert data["prompts"] == 2
+    assert sum(data["labels"].values()) == 2
+    assert data["labels"]["equivalent"] >= 1
+    assert data["drift"]["rows"] > 0
+    assert data["drift"]["kl_p99"] is not None
+    assert data["controls"][0]["ok"] is True
+    assert "summary: " in stderr
+    assert "report: " in stderr
+
+
+def test_quiet_prints_the_conclusion_and_verbose_each_prompt(fake_run, tmp_path, capsys):
+    code, quiet, _ = _run(capsys, *fake_run, "--out", str(tmp_path / "q"), "-q")
+    assert code == 0
+    assert "prompts" not in quiet  # no table
+    labels = ("equivalent", "numeric-drift", "sampler-bug", "misconfiguration", "inconclusive")
+    assert quiet.splitlines()[0].split(":")[0] in {label.upper() for label in labels}
+    code, verbose, _ = _run(capsys, *fake_run, "--out", str(tmp_path / "v"), "-v")
+    assert "s/same::temp0  equivalent  token IDs identical" in verbose
+    assert "s/drift::temp0  " in verbose

@@ -24,15 +24,47 @@ EXIT_CONTROL_FAILED = 1
 EXIT_INTERRUPTED = 130
 
 
+def _sub(
+    sub: Any, name: str, summary: str, description: str, *parents: argparse.ArgumentParser
+) -> argparse.ArgumentParser:
+    """A subcommand with a one-line summary (in ``equiv -h``) and a description (in its -h)."""
+    return sub.add_parser(  # type: ignore[no-any-return]
+        name,
+        help=summary,
+        description=f"{summary[0].upper()}{summary[1:]}. {description}",
+        parents=list(parents),
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="equiv",
-        description="Prove or disprove that speculative decoding leaves output unchanged.",
+        description="Prove or disprove that speculative decoding leaves an LLM's output "
+        "unchanged: run each prompt through the target alone (baseline) and with a draft "
+        "(speculative), compare, and label each difference.",
+        epilog=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"equiv {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    talk = argparse.ArgumentParser(add_help=False)
+    level = talk.add_mutually_exclusive_group()
+    level.add_argument(
+        "-q", "--quiet", action="store_true", help="print only the conclusion and the paths"
+    )
+    level.add_argument(
+        "-v", "--verbose", action="store_true", help="also print each prompt's label and reason"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run prompts through baseline and speculative paths")
+    run = _sub(
+        sub,
+        "run",
+        "run prompts through the baseline and the speculative path and label each difference",
+        "Writes results.jsonl, summary.json and report.html to --out. Exit 1 when a control "
+        "fails. llama.cpp's flag spellings work too (-c, -b, -ub, -t, -fa on|off, -s, -n, "
+        "-m, -md, --temp, --top-k).",
+        talk,
+    )
     add_arguments(run)
     run.add_argument("--out", metavar="DIR", help="results directory (default: reports/<run-id>)")
     run.add_argument(
@@ -45,9 +77,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N,N,...",
         help="run once per draft-max value (e.g. 1,2,4,8,16) and compare speed and acceptance",
     )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print summary.json on stdout (the human summary goes to stderr)",
+    )
 
-    report = sub.add_parser("report", help="render the HTML report of a results file")
-    report.add_argument("results", metavar="RESULTS.jsonl")
+    report = _sub(
+        sub,
+        "report",
+        "render the HTML report of a results file",
+        "A self-contained page (no network), rendered from the results file alone.",
+    )
+    report.add_argument("results", metavar="RESULTS.jsonl", help="a run's results file")
     report.add_argument(
         "-o", "--output", metavar="FILE", help="where to write (default: report.html beside it)"
     )
@@ -58,11 +100,45 @@ def _parser() -> argparse.ArgumentParser:
         help="keep local paths and user names (redacted by default)",
     )
 
-    check = sub.add_parser("check-draft", help="can DRAFT draft for TARGET? (GGUF metadata only)")
-    check.add_argument("target", metavar="TARGET")
-    check.add_argument("draft", metavar="DRAFT")
+    compare = _sub(
+        sub,
+        "compare",
+        "what changed between two runs of the same plan",
+        "A new llama.cpp build, a new draft, another machine: the setup that differs, prompts "
+        "whose label changed, new divergences, outputs that changed, and the shifts in drift, "
+        "acceptance and speed with 95 % intervals. Exit 1 when --fail-on trips.",
+        talk,
+    )
+    compare.add_argument("run_a", metavar="RUN_A", help="the kept run: results.jsonl or its folder")
+    compare.add_argument("run_b", metavar="RUN_B", help="the new run: results.jsonl or its folder")
+    compare.add_argument(
+        "--fail-on",
+        choices=("worse", "changed", "never"),
+        default="worse",
+        help="worse: a label got worse, a new divergence or failed control; changed: any label "
+        "or output changed; never [worse]",
+    )
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    compare.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
 
-    diag = sub.add_parser("diagnose", help="check a llama.cpp command line (after --)")
+    check = _sub(
+        sub,
+        "check-draft",
+        "can DRAFT draft for TARGET?",
+        "llama.cpp's vocabulary rules, from GGUF metadata alone (no model is loaded). "
+        "Exit 4 when not.",
+    )
+    check.add_argument("target", metavar="TARGET", help="the target model's GGUF file")
+    check.add_argument("draft", metavar="DRAFT", help="the draft model's GGUF file")
+
+    diag = _sub(
+        sub,
+        "diagnose",
+        "check a llama.cpp command line (after --)",
+        "Maps your llama-cli / llama-server flags to an equiv run, lists what looks wrong, "
+        "then runs it. Example: equiv diagnose -- llama-server -m t.gguf -md d.gguf -c 4096",
+        talk,
+    )
     diag.add_argument("--dry-run", action="store_true", help="only parse, map and list findings")
     diag.add_argument("--prompt", action="append", metavar="GLOB", help="prompts (default: 6)")
     diag.add_argument("--max-tokens", type=int, metavar="N", help="per-prompt max_tokens")
@@ -74,12 +150,30 @@ def _parser() -> argparse.ArgumentParser:
         help="run this llama-server (your build) with your flags; default: the command's own "
         "llama-server, or the one beside its llama-cli, else llama-cpp-python in process",
     )
-    diag.add_argument("llama", nargs=argparse.REMAINDER, metavar="-- LLAMA.CPP COMMAND LINE")
+    diag.add_argument(
+        "llama",
+        nargs=argparse.REMAINDER,
+        metavar="-- LLAMA.CPP COMMAND LINE",
+        help="your llama-cli or llama-server command line, after --",
+    )
 
-    mini = sub.add_parser("minimize", help="shrink a diverging temp-0 prompt for a bug report")
-    mini.add_argument("results", metavar="RESULTS.jsonl")
-    mini.add_argument("--key", required=True, metavar="SUITE/ID::temp0")
-    mini.add_argument("--max-tests", type=int, default=60, metavar="N", help="[60]")
+    mini = _sub(
+        sub,
+        "minimize",
+        "shrink a diverging temp-0 prompt for a bug report",
+        "Deletes parts of the prompt while the divergence stays, and writes the shortest "
+        "prompt found as a one-line suite.",
+    )
+    mini.add_argument("results", metavar="RESULTS.jsonl", help="a run's results file")
+    mini.add_argument(
+        "--key",
+        required=True,
+        metavar="SUITE/ID::temp0",
+        help="the diverging prompt's key, as the report and results.jsonl name it",
+    )
+    mini.add_argument(
+        "--max-tests", type=int, default=60, metavar="N", help="most reruns to try [60]"
+    )
     mini.add_argument("--out", metavar="FILE", help="suite file (default: beside the results)")
     return parser
 
@@ -107,13 +201,29 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rows = []
     for n in _int_list(sweep):
         code, summary = _run_once(
-            {**values, "draft_max": n}, argv, base / f"draft-max-{n}", args.resume
+            {**values, "draft_max": n, "json": False}, argv, base / f"draft-max-{n}", args.resume
         )
         if summary is None:
             return code
         rows.append((n, summary))
-    print_sweep(rows)
+    print_sweep(rows, _console(bool(args.json)))
+    if args.json:  # each draft-max value's summary.json, in one object
+        from equiv.report.summary_json import strict_json, summary_of
+
+        runs = {str(n): summary_of(base / f"draft-max-{n}" / "results.jsonl") for n, _ in rows}
+        data = {"sweep": "draft_max", "runs": {n: r.to_dict() for n, r in runs.items()}}
+        sys.stdout.write(strict_json(data))
     return 0
+
+
+def _console(json_out: bool) -> Any:
+    """Where the human-readable summary goes: stderr when stdout carries JSON; a pipe or a log
+    gets 80 columns, which the summary table is made to fit."""
+    from rich.console import Console
+
+    if json_out:
+        return Console(stderr=True, highlight=False)
+    return Console(highlight=False) if sys.stdout.isatty() else Console(width=80, highlight=False)
 
 
 def _int_list(text: str) -> list[int]:
@@ -137,7 +247,8 @@ def _run_once(
 
     from equiv.cli.progress import Progress
     from equiv.report import write_report
-    from equiv.report.terminal import print_summary
+    from equiv.report.summary_json import write_summary
+    from equiv.report.terminal import print_prompts, print_summary
     from equiv.run.execute import run_plan
     from equiv.run.plan import plan, select_prompts
 
@@ -159,12 +270,24 @@ def _run_once(
         )
         return EXIT_INTERRUPTED, None
     summary = outcome.summary
-    # Logs and pipes get a fixed width, wide enough that no column header is cut.
-    stdout = Console() if sys.stdout.isatty() else Console(width=150)
-    print_summary(summary, stdout, results_path=outcome.results_path)
-    print(f"report: {write_report(outcome.results_path, out / 'report.html')}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak memory (RSS, both paths in one process): {peak:.0f} MiB")
+    json_out = bool(values.get("json"))
+    human = _console(json_out)
+    summary_path = write_summary(outcome.results_path)
+    report_path = write_report(outcome.results_path, out / "report.html")
+    if values.get("quiet"):
+        human.print(summary.conclusion, markup=False)
+        human.print(f"results: {outcome.results_path}", markup=False)
+    else:
+        print_summary(summary, human, results_path=outcome.results_path)
+    if values.get("verbose"):
+        print_prompts(outcome.results_path, human)
+    human.print(f"summary: {summary_path}", markup=False)
+    human.print(f"report: {report_path}", markup=False)
+    if not values.get("quiet"):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        human.print(f"peak memory (RSS, both paths in one process): {peak:.0f} MiB")
+    if json_out:
+        sys.stdout.write(summary_path.read_text(encoding="utf-8"))
     return (EXIT_CONTROL_FAILED if summary.failed_controls else 0), summary
 
 
@@ -234,6 +357,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_diagnose(args)
         if args.command == "minimize":
             return _cmd_minimize(args)
+        if args.command == "compare":
+            from equiv.cli.compare import cmd_compare
+
+            return cmd_compare(args)
         return _cmd_check_draft(args)
     except EquivError as exc:
         print(f"equiv: error: {exc}", file=sys.stderr)

@@ -13,7 +13,7 @@ from typing import Any
 from equiv.records import ResultsFile
 from equiv.verdicts.summary import RunSummary, run_summary, summarize_file
 
-__all__ = ["SUMMARY_NAME", "summary_json", "summary_of", "write_summary"]
+__all__ = ["SUMMARY_NAME", "strict_json", "summary_json", "summary_of", "write_summary"]
 
 SUMMARY_NAME = "summary.json"
 
@@ -43,9 +43,14 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def strict_json(data: Any) -> str:
+    """JSON text a strict parser reads: NaN and infinities become null."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+
+
 def summary_json(summary: RunSummary) -> str:
-    """The JSON text of ``summary`` (strict JSON: no NaN)."""
-    return json.dumps(_finite(summary.to_dict()), indent=2, allow_nan=False) + "\n"
+    """The JSON text of ``summary``."""
+    return strict_json(summary.to_dict())
 
 
 def write_summary(
