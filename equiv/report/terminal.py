@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from equiv.verdicts.labels import Label
 from equiv.verdicts.summary import SuiteSummary, Summary
 
-__all__ = ["print_summary", "print_sweep"]
+__all__ = ["print_prompts", "print_summary", "print_sweep", "summary_table"]
 
 _LABEL_STYLE = {
     Label.EQUIVALENT: "green",
@@ -21,38 +23,46 @@ _LABEL_STYLE = {
 }
 
 
-def _row(s: SuiteSummary) -> list[str]:
-    acc = f"{s.acceptance:.3f}" if s.acceptance is not None else "-"
-    speedup = (
-        f"{s.speculative_tps / s.baseline_tps:.2f}x"
-        if s.baseline_tps and s.speculative_tps
-        else "-"
-    )
-    labels = [str(s.labels.get(label.value, 0)) for label in Label]
-    return [
-        s.suite,
-        str(s.prompts),
-        *labels,
-        acc,
-        f"{s.baseline_tps:.1f}",
-        f"{s.speculative_tps:.1f}",
-        speedup,
-    ]
-
-
-def print_summary(summary: Summary, console: Console, *, results_path: Path | None = None) -> None:
-    table = Table(title="equiv: baseline vs speculative")
-    table.add_column("suite")
-    table.add_column("prompts", justify="right")
+def _labels(s: SuiteSummary) -> Text:
+    """The labels a suite got, one per line, each in its colour (none: a dash)."""
+    text = Text()
     for label in Label:
-        table.add_column(label.value, justify="right", style=_LABEL_STYLE[label])
-    for name in ("acceptance", "base tok/s", "spec tok/s", "speed-up"):
-        table.add_column(name, justify="right")
+        if n := s.labels.get(label.value, 0):
+            text.append("\n" if text else "")
+            text.append(f"{n} {label.value}", style=_LABEL_STYLE[label])
+    return text or Text("-")
+
+
+def _row(s: SuiteSummary) -> list[Text | str]:
+    acc = f"{s.acceptance:.3f}" if s.acceptance is not None else "-"
+    speedup = f"{s.measured_speedup:.2f}x" if s.measured_speedup is not None else "-"
+    base = f"{s.baseline_tps:.1f}" if s.baseline_tps else "-"
+    spec = f"{s.speculative_tps:.1f}" if s.speculative_tps else "-"
+    return [Text(s.suite), str(s.prompts), _labels(s), acc, base, spec, speedup]
+
+
+def summary_table(summary: Summary) -> Table:
+    """One row per suite and a total: prompts, their labels (one per line), draft acceptance,
+    decode speed of both paths and the speed-up. Made to read well in 80 columns."""
+    table = Table(title="equiv: baseline vs speculative", box=box.SIMPLE_HEAD, padding=(0, 1))
+    table.add_column("suite", overflow="fold", max_width=16)
+    table.add_column("prompts", justify="right")
+    table.add_column("labels", no_wrap=True)
+    table.add_column("accept", justify="right")
+    table.add_column("tok/s\nbase", justify="right")
+    table.add_column("tok/s\nspec", justify="right")
+    table.add_column("speed-\nup", justify="right")
     for suite in summary.suites.values():
         table.add_row(*_row(suite))
     table.add_section()
     table.add_row(*_row(summary.total), style="bold")
-    console.print(table)
+    return table
+
+
+def print_summary(summary: Summary, console: Console, *, results_path: Path | None = None) -> None:
+    console.print(summary_table(summary))
+    if summary.drift is not None:
+        console.print(summary.drift.line, highlight=False, markup=False)
     t = summary.total
     if t.measured_speedup is not None:
         line = (
@@ -67,19 +77,22 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
         else:
             line += "; the engine reports no drafting rounds or draft time, so no prediction"
         console.print(line, highlight=False)
+    # Text, not markup: details, differences and reasons carry file names and model text.
     for event in summary.events:
-        mark = "[green]ok[/]" if event.get("ok") else "[red]FAILED[/]"
-        console.print(f"control {event['event']}: {mark} - {event['detail']}", highlight=False)
+        control = Text(f"control {event['event']}: ")
+        control.append(*(("ok", "green") if event.get("ok") else ("FAILED", "red")))
+        console.print(control.append(f" - {event['detail']}"), highlight=False)
     for difference in summary.differences:
-        console.print(f"[magenta]setup differs[/]: {difference}", highlight=False)
+        setup = Text("setup differs", style="magenta").append(f": {difference}", style="default")
+        console.print(setup, highlight=False)
     for line in summary.quality_lines:
         console.print(
             line, style="red" if summary.quality_drop else None, highlight=False, markup=False
         )
     style = _LABEL_STYLE[summary.verdict.label]
-    console.print(f"[bold {style}]{summary.conclusion}[/]", highlight=False)
+    console.print(Text(summary.conclusion, style=f"bold {style}"), highlight=False)
     if results_path is not None:
-        console.print(f"results: {results_path}", highlight=False)
+        console.print(Text(f"results: {results_path}"), highlight=False)
 
 
 def print_sweep(rows: list[tuple[int, Summary]], console: Console | None = None) -> None:
@@ -113,3 +126,18 @@ def print_sweep(rows: list[tuple[int, Summary]], console: Console | None = None)
             labels,
         )
     console.print(table)
+
+
+def print_prompts(results_path: Path, console: Console) -> None:
+    """``-v``: each judged prompt's label and reason, one line each (model text escaped)."""
+    from equiv.records import ResultsFile
+    from equiv.verdicts.labels import verdict_of
+
+    results = ResultsFile(results_path)
+    judged = [r for r in results.results() if r.get("mode", "temp0") == "temp0"]
+    for record in [*judged, *results.analyses()]:
+        verdict = verdict_of(record)
+        line = Text(f"{record['key']}  ")
+        line.append(verdict.label.value, style=_LABEL_STYLE[verdict.label])
+        line.append(f"  {verdict.reason}")
+        console.print(line, highlight=False)

@@ -63,7 +63,11 @@ class RunDrift:
             if value is not None
         ]
         parts.append(f"max {self.kl_max:.3g}")
-        some = "" if self.rows_with_kl == self.rows else f"; percentiles of {self.rows_with_kl}"
+        some = ""
+        if not self.rows_with_kl:
+            some = "; no per-row KL recorded (results of an older equiv), so no percentiles"
+        elif self.rows_with_kl < self.rows:
+            some = f"; percentiles over the {self.rows_with_kl} rows with per-row KL"
         return (
             f"drift over {self.rows} shared rows of {self.prompts} prompt(s): "
             f"{', '.join(parts)} nats; max |Δlogit| {self.max_abs_logit_delta:.4g}; "
