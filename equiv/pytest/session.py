@@ -316,9 +316,10 @@ def _summaries(checks: Sequence[Check]) -> dict[str, Summary]:
 
 def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
     """One results file per mode (``out/results.jsonl``, or ``out/<mode>/`` for two modes),
-    with ``report.html`` beside it; the files written."""
+    with ``summary.json`` and ``report.html`` beside it; the files written."""
     from equiv.records import ResultsFile
     from equiv.report import write_report
+    from equiv.report.summary_json import write_summary
 
     by_mode: dict[str, list[Check]] = {}
     for c in checks:
@@ -337,6 +338,7 @@ def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
             for extra in c.extras:  # its own "kind" (event, analysis) wins over "event"
                 results.append_event(extra)
         written.append(results.path)
+        written.append(write_summary(results.path))
         written.append(write_report(results.path, folder / "report.html"))
     return written
 
@@ -361,6 +363,8 @@ def summary_lines(checks: Sequence[Check]) -> list[str]:
     lines = ["labels: " + ", ".join(f"{n} {label}" for label, n in counts.items())]
     for mode, summary in _summaries(checks).items():
         lines.extend(control_lines(summary.events))
+        if summary.drift is not None:
+            lines.append(f"{mode}: {summary.drift.line}")
         lines.append(f"{mode}: {summary.conclusion}")
         if summary.quality:
             lines.extend(f"{mode}: {line}" for line in summary.quality_lines)

@@ -1,6 +1,8 @@
-"""--equiv-report DIR: the session's results file (and HTML page), written once."""
+"""--equiv-report DIR: the session's results file (with summary.json and the HTML page),
+written once."""
 
 import importlib.util
+import json
 
 from equiv.pytest.plugin import FAIL_ON_OPTION, REPORT_OPTION
 
@@ -29,7 +31,18 @@ def test_report_holds_a_header_every_check_and_the_controls(project):
     assert records["s/bug::temp0"]["comparison"]["divergence"]["position"] == 2  # failed, kept
     html = project.report / "report.html"
     assert html.is_file() is (importlib.util.find_spec("equiv.report") is not None)
-    result.stdout.fnmatch_lines(["equiv report: *results.jsonl"])
+    result.stdout.fnmatch_lines(["equiv report: *results.jsonl", "equiv report: *summary.json"])
+    summary = json.loads((project.report / "summary.json").read_text(encoding="utf-8"))
+    labels = [project.label(r) for r in project.calls(result).values() if r.user_properties]
+    assert summary["prompts"] == len(labels) == 4
+    assert summary["labels"] == {
+        label: labels.count(label)
+        for label in ("equivalent", "numeric-drift", "sampler-bug", "misconfiguration",
+                      "inconclusive")
+    }  # fmt: skip
+    assert summary["drift"]["kl_p999"] is not None
+    event = next(r for r in lines if r["kind"] == "event")
+    assert summary["controls"] == [{"event": "determinism", "ok": True, "detail": event["detail"]}]
 
 
 def test_a_second_session_replaces_the_results(project):
