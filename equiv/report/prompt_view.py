@@ -158,6 +158,8 @@ def _divergence(comparison: Mapping[str, Any], vocab: Mapping[int, str]) -> Dive
     if not d:
         return None
     picks = (d.get("baseline_token"), d.get("speculative_token"))
+    # Candidates no path emitted: their text as the engine gave it at the divergence.
+    vocab = {**{int(i): str(t) for i, t in d.get("top_texts") or ()}, **vocab}
     return DivergenceView(
         position=int(d.get("position", 0)),
         baseline=(picks[0], d.get("baseline_text")),

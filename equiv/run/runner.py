@@ -267,7 +267,7 @@ class Runner:
 
     def _run_item(self, item: PlanItem, tokens: list[int]) -> dict[str, Any]:
         base, spec = self.generate_pair(tokens, seed=item.seed, max_tokens=item.max_tokens)
-        comparison = compare(base, spec)
+        comparison = compare(base, spec, token_text=self.baseline.token_text)
         record: dict[str, Any] = {
             "key": item.key,
             "suite": item.prompt.suite,

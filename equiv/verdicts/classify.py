@@ -50,8 +50,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
 from equiv.records import Generation
+from equiv.verdicts.compare import token_namer
 from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.stats import min_detectable_w
 
@@ -80,8 +82,8 @@ CALIBRATION_POSITIONS = 32
 DRIFT_SAFETY = 2.0
 MIN_CALIBRATION = 4
 
-# Keys that differ between the paths by design.
-_EXPECTED = {"path", "logits_all", "draft_sha256", "draft_quant", "draft_config", "engine"}
+# Fingerprint keys that differ between the paths by design (named in the engine contract).
+_EXPECTED = set(FINGERPRINT_KEYS["by_design"])
 _WHY = {
     "target_sha256": "the speculative path ran another target file; a different quant or model "
     "is not the same experiment",
@@ -128,7 +130,15 @@ def _misconfiguration(differences: Sequence[str], outputs: str) -> Verdict:
     )
 
 
-def _without_rows(baseline: Generation, d: int, a: int, b: int, ev: dict[str, Any]) -> str:
+def _without_rows(
+    baseline: Generation,
+    d: int,
+    a: int,
+    b: int,
+    ev: dict[str, Any],
+    *,
+    name: Callable[[int], str] = str,
+) -> str:
     """What the baseline's own top-k at the divergence says, when nothing else is known (a
     server: no rows, no re-scoring, and no probabilities for speculative-step tokens)."""
     why = "no logits rows and no re-scoring available"
@@ -138,15 +148,15 @@ def _without_rows(baseline: Generation, d: int, a: int, b: int, ev: dict[str, An
     if b not in alts.ids:
         ev["baseline_gap"] = None
         return (
-            f"{why}; the speculative token {b} is not among the baseline's top "
+            f"{why}; the speculative token {name(b)} is not among the baseline's top "
             f"{len(alts.ids)} at token {d}: far from a tie"
         )
     rank = alts.ids.index(b)
     gap = alts.logits[alts.ids.index(a)] - alts.logits[rank]
     ev["baseline_gap"] = round(gap, 5)
     return (
-        f"{why}; on the baseline's row at token {d} the speculative token {b} is "
-        f"{gap:.4f} below {a} (rank {rank + 1}): "
+        f"{why}; on the baseline's row at token {d} the speculative token {name(b)} is "
+        f"{gap:.4f} below {name(a)} (rank {rank + 1}): "
         + ("a near-tie, as batching drift flips" if gap < 1.0 else "wider than drift usually is")
     )
 
@@ -173,6 +183,7 @@ def classify_temp0(
     d, a, b = div["position"], div["baseline_token"], div["speculative_token"]
     if a is None or b is None:
         return Verdict(Label.INCONCLUSIVE, f"one path ended at token {d}; nothing to compare")
+    name = token_namer(div)  # 'text' (id N): reasons name tokens by their text
     ev: dict[str, Any] = {
         "position": d,
         "baseline_token": a,
@@ -186,8 +197,8 @@ def classify_temp0(
         ev["own_argmax"] = int(used.argmax())
         return Verdict(
             Label.SAMPLER_BUG,
-            f"at token {d} the speculative path emitted {b} although its own logits prefer "
-            f"{int(used.argmax())} by {float(used.max() - used[b]):.4f}",
+            f"at token {d} the speculative path emitted {name(b)} although its own logits "
+            f"prefer {name(int(used.argmax()))} by {float(used.max() - used[b]):.4f}",
             ev,
         )
     if rescore is None:
@@ -199,7 +210,7 @@ def classify_temp0(
                 "could not be re-scored to size the drift",
                 ev,
             )
-        return Verdict(Label.INCONCLUSIVE, _without_rows(baseline, d, a, b, ev), ev)
+        return Verdict(Label.INCONCLUSIVE, _without_rows(baseline, d, a, b, ev, name=name), ev)
     try:
         single_rows, batched_rows = _calibration_rows(baseline, d, rescore)
     except EngineError as exc:
@@ -208,7 +219,7 @@ def classify_temp0(
             f"re-scoring the target at token {d} failed ({exc}); the generations are kept",
             ev,
         )
-    return _temp0_rule(d, a, b, used, single_rows, batched_rows, ev)
+    return _temp0_rule(d, a, b, used, single_rows, batched_rows, ev, name=name)
 
 
 def _calibration_rows(
@@ -240,8 +251,12 @@ def _temp0_rule(
     single_rows: npt.NDArray[np.float64],
     batched_rows: npt.NDArray[np.float64],
     ev: dict[str, Any],
+    *,
+    name: Callable[[int], str] = str,
 ) -> Verdict:
-    """The calibrated temp-0 rule at the divergence d (module docstring)."""
+    """The calibrated temp-0 rule at the divergence d (module docstring). ``name`` gives a
+    token as reasons show it."""
+    na, nb = name(a), name(b)
     single, batched = single_rows[d], batched_rows[d]
     both = np.isfinite(single) & np.isfinite(batched)
     drift_d = float(np.abs(single[both] - batched[both]).max()) if both.any() else 0.0
@@ -274,15 +289,15 @@ def _temp0_rule(
         if calibration is not None and floor > calibration.bound:
             return Verdict(
                 Label.SAMPLER_BUG,
-                f"at token {d} the speculative token {b} is not among the target's top "
-                f"{int(np.isfinite(single).sum())} (single-token): the target prefers {a} by more "
+                f"at token {d} the speculative token {nb} is not among the target's top "
+                f"{int(np.isfinite(single).sum())} (single-token): the target prefers {na} by more "
                 f"than {floor:.4f}, beyond the {calibration.bound:.4f} that evaluation-path drift "
                 f"moves a gap between candidates here ({calibration.describe()})",
                 ev,
             )
         return Verdict(
             Label.INCONCLUSIVE,
-            f"at token {d} the speculative token {b} is outside the target's recorded top "
+            f"at token {d} the speculative token {nb} is outside the target's recorded top "
             f"{int(np.isfinite(single).sum())}; raise --top-k-record to see how far",
             ev,
         )
@@ -292,14 +307,14 @@ def _temp0_rule(
         return Verdict(
             Label.NUMERIC_DRIFT,
             f"at token {d} the target itself, evaluated in a batch as verification does, prefers "
-            f"{b} (gap {gap_batched:.4f}) where single-token evaluation prefers {a} by "
+            f"{nb} (gap {gap_batched:.4f}) where single-token evaluation prefers {na} by "
             f"{gap_single:.4f}: numeric drift between the evaluation paths",
             ev,
         )
     if calibration is None:
         return Verdict(
             Label.INCONCLUSIVE,
-            f"at token {d} the target prefers {a} over {b} by {gap_single:.4f}, but the baseline "
+            f"at token {d} the target prefers {na} over {nb} by {gap_single:.4f}, but the baseline "
             f"has too few tokens (< {MIN_CALIBRATION} other positions) to calibrate what drift "
             "does to such gaps; raise --max-tokens",
             ev,
@@ -307,7 +322,7 @@ def _temp0_rule(
     if gap_single <= calibration.bound + OWN_ARGMAX_TOL:
         return Verdict(
             Label.NUMERIC_DRIFT,
-            f"near-tie at token {d}: the target prefers {a} over {b} by {gap_single:.4f} "
+            f"near-tie at token {d}: the target prefers {na} over {nb} by {gap_single:.4f} "
             f"(single-token) and {gap_batched:.4f} (batched), within the {calibration.bound:.4f} "
             f"that evaluation-path drift moves a gap between candidates here "
             f"({calibration.describe()})",
@@ -315,7 +330,7 @@ def _temp0_rule(
         )
     return Verdict(
         Label.SAMPLER_BUG,
-        f"at token {d} the target prefers {a} over {b} by {gap_single:.4f} (single-token) and "
+        f"at token {d} the target prefers {na} over {nb} by {gap_single:.4f} (single-token) and "
         f"{gap_batched:.4f} (batched), beyond the {calibration.bound:.4f} that evaluation-path "
         f"drift moves a gap between candidates here ({calibration.describe()}); the speculative "
         "path should not have emitted it",

@@ -8,7 +8,7 @@ the positions where both saw the same context. Calls no model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from rapidfuzz.distance import Indel, Levenshtein
 from equiv.records import Generation, TokenAlternatives
 from equiv.verdicts.stats import drift_metrics
 
-__all__ = ["Comparison", "Divergence", "Drift", "compare", "drift"]
+__all__ = ["Comparison", "Divergence", "Drift", "compare", "drift", "token_namer"]
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,16 @@ class Divergence:
     margin_baseline: float | None
     margin_speculative: float | None
     delta_logit_at_divergence: float | None
+    # The text of every ID in both top-k lists (emitted or not), so that reasons and the
+    # report name candidates by their text as well as their ID.
+    top_texts: tuple[tuple[int, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         for key in ("baseline_top", "speculative_top"):
             alt = data[key]
             data[key] = alt.to_dict() if alt is not None else None
+        data["top_texts"] = [list(pair) for pair in self.top_texts]
         return data
 
     @classmethod
@@ -93,7 +97,26 @@ class Divergence:
         for key in ("baseline_top", "speculative_top"):
             if values.get(key) is not None:
                 values[key] = TokenAlternatives.from_dict(values[key])
+        values["top_texts"] = tuple((int(i), str(t)) for i, t in values.get("top_texts", ()))
         return cls(**values)
+
+    def token_name(self, token: int) -> str:
+        return token_namer(self.to_dict())(token)
+
+
+def token_namer(divergence: Mapping[str, Any]) -> Callable[[int], str]:
+    """A recorded divergence's way of naming a token: ``'text' (id N)``, the text as a Python
+    literal (control characters and quotes show as escapes); ``id N`` where no text is known."""
+    texts = {int(i): str(t) for i, t in divergence.get("top_texts") or ()}
+    for side in ("baseline", "speculative"):
+        tid, text = divergence.get(f"{side}_token"), divergence.get(f"{side}_text")
+        if tid is not None and text is not None:
+            texts.setdefault(int(tid), str(text))
+
+    def name(token: int) -> str:
+        return f"{texts[token]!r} (id {token})" if token in texts else f"id {token}"
+
+    return name
 
 
 @dataclass(frozen=True)
@@ -152,8 +175,14 @@ def _at(seq: tuple[Any, ...], i: int) -> Any:
     return seq[i] if i < len(seq) else None
 
 
-def compare(baseline: Generation, speculative: Generation) -> Comparison:
-    """Compare two generations of the same prompt; uses their logits rows when present."""
+def compare(
+    baseline: Generation,
+    speculative: Generation,
+    *,
+    token_text: Callable[[int], str] | None = None,
+) -> Comparison:
+    """Compare two generations of the same prompt; uses their logits rows when present.
+    ``token_text`` (the engine's) names the candidates at a divergence that no path emitted."""
     a, b = baseline.tokens, speculative.tokens
     prefix = _common_prefix(a, b)
     identical = a == b
@@ -161,7 +190,7 @@ def compare(baseline: Generation, speculative: Generation) -> Comparison:
         (op.tag, op.src_start, op.src_end, op.dest_start, op.dest_end)
         for op in Levenshtein.opcodes(list(a), list(b))
     )
-    divergence = None if identical else _divergence(baseline, speculative, prefix)
+    divergence = None if identical else _divergence(baseline, speculative, prefix, token_text)
     # Rows 0..prefix were computed by both paths on identical context (the token at `prefix`
     # is chosen from row `prefix`, whose context is the common prefix).
     shared = min(prefix + 1, len(a), len(b))
@@ -181,7 +210,12 @@ def compare(baseline: Generation, speculative: Generation) -> Comparison:
     )
 
 
-def _divergence(baseline: Generation, speculative: Generation, pos: int) -> Divergence:
+def _divergence(
+    baseline: Generation,
+    speculative: Generation,
+    pos: int,
+    token_text: Callable[[int], str] | None = None,
+) -> Divergence:
     bt: int | None = _at(baseline.tokens, pos)
     st: int | None = _at(speculative.tokens, pos)
     rows_b, rows_s = baseline.logits, speculative.logits
@@ -209,4 +243,20 @@ def _divergence(baseline: Generation, speculative: Generation, pos: int) -> Dive
         margin_baseline=margin_b,
         margin_speculative=margin_s,
         delta_logit_at_divergence=delta,
+        top_texts=_top_texts(baseline, speculative, pos, token_text),
     )
+
+
+def _top_texts(
+    baseline: Generation,
+    speculative: Generation,
+    pos: int,
+    token_text: Callable[[int], str] | None,
+) -> tuple[tuple[int, str], ...]:
+    ids: dict[int, None] = {}
+    for gen in (baseline, speculative):
+        alts = _at(gen.alternatives, pos)
+        ids.update(dict.fromkeys(alts.ids if alts is not None else ()))
+    if token_text is None:
+        return ()
+    return tuple((tid, token_text(tid)) for tid in ids)
