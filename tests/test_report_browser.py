@@ -121,3 +121,56 @@ def test_browser_runs_no_script_from_the_data(tmp_path: Path) -> None:
     assert "data-pwned" not in dom.split("<body")[1].split(">")[0]
     assert 'data-shown="1"' in dom  # our own script did run
     assert not any(tag in ("img", "textarea") for tag, _ in Tags(dom).tags)
+
+
+def test_browser_charts_have_axis_names_and_settings_read_plainly(tmp_path: Path) -> None:
+    report = write_report(TEMP0, tmp_path / "report.html")
+    dom, console = _chromium(tmp_path, report.as_uri(), "--dump-dom")
+    assert console == []
+    axes = [
+        attrs for tag, attrs in Tags(dom).tags if tag == "text" and attrs.get("class") == "axis"
+    ]
+    assert len(axes) >= 6  # x and y of the three bar charts (and the strip chart's x)
+    for name in ("acceptance", "max |Δlogit|", "mean KL (nats)", "prompt (one bar each)"):
+        assert f">{name}</text>" in dom
+    assert "all built-in suites" in dom
+    assert "none: temp 0 runs each prompt once" in dom
+    assert "<td>[]</td>" not in dom
+    assert '"mono">[]<' not in dom
+
+
+def test_browser_top_k_shows_the_text_of_a_token_no_path_emitted(tmp_path: Path) -> None:
+    """A divergence whose top-k holds a candidate neither path emitted: its text, recorded by
+    the engine, is shown (escaped), not a dash."""
+    from equiv.records import ResultsFile
+
+    lines = [json.loads(x) for x in TEMP0.read_text(encoding="utf-8").splitlines()]
+    header = next(r for r in lines if r["kind"] == "header")
+    record = next(r for r in lines if r["kind"] == "result" and r["comparison"]["divergence"])
+    div = record["comparison"]["divergence"]
+    emitted = {t for side in ("baseline", "speculative") for t in record[side]["tokens"]}
+    unseen = next(t for t in div["speculative_top"]["ids"] if t not in emitted)
+    div["top_texts"] = [[unseen, "<b>never emitted</b>"]]
+    path = tmp_path / "one" / "results.jsonl"
+    results = ResultsFile(path)
+    results.write_header({k: v for k, v in header.items() if k not in ("kind", "schema")})
+    results.append_result(record)
+    report = write_report(path, tmp_path / "one.html")
+    dom, console = _chromium(tmp_path, report.as_uri(), "--dump-dom")
+    assert console == []
+    assert "&lt;b&gt;never emitted&lt;/b&gt;" in dom  # shown, as text
+    assert "<b>never emitted</b>" not in dom
+
+
+def test_browser_compare_page_loads_cleanly(tmp_path: Path) -> None:
+    from equiv.records import ResultsFile
+    from equiv.report.compare_view import write_compare_report
+    from equiv.verdicts.run_compare import Gate, RunRecords, compare_runs
+
+    run = RunRecords.from_file(ResultsFile(TEMP0), name="<i>kept</i>")
+    page = write_compare_report(compare_runs(run, run), tmp_path / "c.html", gate=Gate.WORSE)
+    dom, console = _chromium(tmp_path, page.as_uri(), "--dump-dom")
+    assert console == []
+    assert "passes --fail-on worse" in dom
+    assert "&lt;i&gt;kept&lt;/i&gt;" in dom
+    assert "within noise" in dom

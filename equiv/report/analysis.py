@@ -93,7 +93,10 @@ def _charts(name: str, chart: Any, vocab: Mapping[int, str]) -> list[tuple[str, 
             ("observed", [number(v) for v in obs], "s-obs"),
             ("expected", [number(v) for v in exp], "s-exp"),
         ]
-        return [(f"{title}: observed vs expected", grouped_chart(cats, series, title=title))]
+        chart_svg = grouped_chart(
+            cats, series, title=title, x_label="bin", y_label="count (tokens)"
+        )
+        return [(f"{title}: observed vs expected", chart_svg)]
     groups = {str(k): v for k, v in chart.items() if isinstance(v, Mapping)}
     if groups and all(isinstance(g.get("observed"), list) for g in groups.values()):
         return [c for g, sub in groups.items() for c in _charts(f"{name} ({g})", sub, vocab)]
@@ -110,7 +113,8 @@ def _charts(name: str, chart: Any, vocab: Mapping[int, str]) -> list[tuple[str, 
     ]
     labels = [_category(c, vocab) for c in cats]
     caption = f"{title}: {' vs '.join(groups)} (most frequent {len(cats)})"
-    return [(caption, grouped_chart(labels, series, title=title))]
+    chart_svg = grouped_chart(labels, series, title=title, x_label="token", y_label="count")
+    return [(caption, chart_svg)]
 
 
 def sampling_verdict(analysis: Mapping[str, Any] | None, seed: Any) -> Verdict:

@@ -23,6 +23,31 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+def _setting(key: str, value: Any) -> str:
+    """A run setting as a reader wants it: what an empty list means, a run of seeds as a range."""
+    if isinstance(value, list | tuple) and not value:
+        return {
+            "suites": "all built-in suites",
+            "seeds": "none: temp 0 runs each prompt once",
+            "spec_overrides": "none: both paths share every setting",
+            "engine_options": "none",
+        }.get(key, "none")
+    if (
+        key == "seeds"
+        and isinstance(value, list | tuple)
+        and all(isinstance(v, int) for v in value)
+    ):
+        first, last = value[0], value[-1]
+        if list(value) == list(range(first, last + 1)) and len(value) > 2:
+            return f"{first}..{last} ({len(value)} seeds)"
+    pairs = isinstance(value, list | tuple) and all(
+        isinstance(p, list | tuple) and len(p) == 2 for p in value
+    )
+    if key == "spec_overrides" and pairs:
+        return ", ".join(f"{k} = {fmt(v)}" for k, v in value) + " (speculative path only)"
+    return fmt(value)
+
+
 def _size(value: Any) -> str:
     return f"{value / 1e6:.1f} MB ({value:,} bytes)" if isinstance(value, int) else fmt(value)
 
@@ -118,7 +143,7 @@ def environment(header: Mapping[str, Any]) -> Environment:
         if isinstance(value, dict):
             settings.extend((f"{key}.{k}", fmt(v)) for k, v in value.items())
         else:
-            settings.append((key, fmt(value)))
+            settings.append((key, _setting(key, value)))
 
     vocab_rows = [("compatible", fmt(vocab.get("compatible")))] if vocab else []
     vocab_rows += [("reason", fmt(r)) for r in vocab.get("reasons") or []]

@@ -117,17 +117,33 @@ def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...
         (
             "Draft acceptance per prompt",
             "accepted / drafted tokens; bar colour is the label",
-            bar_chart(acc, title="draft acceptance per prompt", y_max=1.0),
+            bar_chart(
+                acc,
+                title="draft acceptance per prompt",
+                y_max=1.0,
+                x_label="prompt (one bar each)",
+                y_label="acceptance",
+            ),
         ),
         (
             "Logit drift per prompt: max |Δlogit|",
             "over the rows both paths computed on identical context",
-            bar_chart(dl, title="max |delta logit| per prompt"),
+            bar_chart(
+                dl,
+                title="max |delta logit| per prompt",
+                x_label="prompt (one bar each)",
+                y_label="max |Δlogit|",
+            ),
         ),
         (
             "Logit drift per prompt: mean KL",
             "KL(baseline ‖ speculative), softmax at temperature 1",
-            bar_chart(kl, title="mean KL per prompt"),
+            bar_chart(
+                kl,
+                title="mean KL per prompt",
+                x_label="prompt (one bar each)",
+                y_label="mean KL (nats)",
+            ),
         ),
         (
             "Margin at the first divergence",
@@ -139,6 +155,7 @@ def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...
                 title="margin at divergence",
                 reach_name="max |Δlogit| at the row",
                 legend=(("baseline margin", "d-base"), ("speculative margin", "d-spec")),
+                x_label="logit units (own token's lead, or |Δlogit|)",
             ),
         ),
     ]

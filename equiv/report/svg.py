@@ -16,7 +16,7 @@ from equiv.report.text import plain
 __all__ = ["Bar", "Strip", "bar_chart", "grouped_chart", "strip_chart"]
 
 WIDTH = 560
-LEFT = 44  # room for the y axis labels
+LEFT = 52  # room for the y axis's name and tick labels
 
 
 @dataclass(frozen=True)
@@ -85,6 +85,23 @@ def _svg(body: list[str], height: int, title: str) -> Markup:
     )
 
 
+def _axis_labels(height: int, top: int, bottom: int, x_label: str, y_label: str) -> list[str]:
+    """The axes' names: y along the left edge (rotated), x under the plot."""
+    out = []
+    if y_label:
+        mid = _n((top + bottom) / 2)
+        out.append(
+            f'<text class="axis" x="10" y="{mid}" text-anchor="middle" '
+            f'transform="rotate(-90 10 {mid})">{_t(y_label)}</text>'
+        )
+    if x_label:
+        out.append(
+            f'<text class="axis" x="{_n((LEFT + WIDTH) / 2)}" y="{height - 2}" '
+            f'text-anchor="middle">{_t(x_label)}</text>'
+        )
+    return out
+
+
 def _axis(top: int, bottom: int, y_max: float) -> list[str]:
     out = []
     for frac in (0.0, 0.5, 1.0):
@@ -102,13 +119,20 @@ def _link(href: str | None, inner: str) -> str:
 
 
 def bar_chart(
-    bars: Sequence[Bar], *, title: str, y_max: float | None = None, height: int = 150
+    bars: Sequence[Bar],
+    *,
+    title: str,
+    y_max: float | None = None,
+    height: int = 164,
+    x_label: str = "",
+    y_label: str = "",
 ) -> Markup | None:
-    """Vertical bars, one per item, each with a tooltip and a link; None when nothing to draw."""
+    """Vertical bars, one per item, each with a tooltip and a link, under named axes; None when
+    nothing to draw."""
     items = [b for b in bars if math.isfinite(b.value)]
     if not items:
         return None
-    top, bottom = 8, height - 14
+    top, bottom = 8, height - 28
     peak = y_max if y_max is not None else _nice_max(max(max(b.value for b in items), 0.0))
     slot = (WIDTH - LEFT - 4) / len(items)
     width = max(min(slot * 0.8, 40.0), 1.0)
@@ -123,9 +147,10 @@ def bar_chart(
         )
         body.append(_link(b.href, rect))
     body.append(
-        f'<text class="tick" x="{LEFT + 4}" y="{height - 2}">{len(items)} item(s); hover for '
+        f'<text class="tick" x="{LEFT + 4}" y="{bottom + 11}">{len(items)} item(s); hover for '
         "values, click to open</text>"
     )
+    body += _axis_labels(height, top, bottom, x_label, y_label)
     return _svg(body, height, title)
 
 
@@ -134,14 +159,16 @@ def grouped_chart(
     series: Sequence[tuple[str, Sequence[float | None], str]],
     *,
     title: str,
-    height: int = 170,
+    height: int = 184,
+    x_label: str = "",
+    y_label: str = "",
 ) -> Markup | None:
-    """Bars per category, one per series (``(name, values, css class)``), with a legend: for
-    observed vs expected counts. None when nothing to draw."""
+    """Bars per category, one per series (``(name, values, css class)``), with a legend and
+    named axes: for observed vs expected counts. None when nothing to draw."""
     values = _finite([v for _, vs, _ in series for v in vs])
     if not categories or not values:
         return None
-    top, bottom = 22, height - 30
+    top, bottom = 22, height - 44
     peak = _nice_max(max(max(values), 0.0))
     slot = (WIDTH - LEFT - 4) / len(categories)
     width = max(min(slot * 0.8 / len(series), 30.0), 1.0)
@@ -168,19 +195,25 @@ def grouped_chart(
                 f'<text class="tick" x="{_n(LEFT + 4 + (i + 0.5) * slot)}" y="{bottom + 12}" '
                 f'text-anchor="middle">{_t(label)}</text>'
             )
+    body += _axis_labels(height, top, bottom, x_label, y_label)
     return _svg(body, height, title)
 
 
 def strip_chart(
-    rows: Sequence[Strip], *, title: str, legend: Sequence[tuple[str, str]], reach_name: str
+    rows: Sequence[Strip],
+    *,
+    title: str,
+    legend: Sequence[tuple[str, str]],
+    reach_name: str,
+    x_label: str = "",
 ) -> Markup | None:
     """One row per item: a grey bar from 0 to ``reach`` and a dot per value, on one linear
-    axis; ``legend`` names each dot's CSS class. None when nothing to draw."""
+    axis named ``x_label``; ``legend`` names each dot's CSS class. None when nothing to draw."""
     values = _finite([r.reach for r in rows] + [v for r in rows for _, v in r.dots])
     if not rows or not values:
         return None
     label_w, row_h, top = 190, 18, 22
-    height = top + row_h * len(rows) + 18
+    height = top + row_h * len(rows) + 18 + (14 if x_label else 0)
     peak = _nice_max(max(max(values), 0.0))
     low = -_nice_max(-min(values)) if min(values) < 0 else 0.0  # a negative margin: a bug
     span = WIDTH - label_w - 10
@@ -200,9 +233,11 @@ def strip_chart(
     for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
         tick = low + frac * (peak - low)
         tx = x_of(tick)
-        body.append(f'<line class="grid" x1="{tx}" x2="{tx}" y1="{top}" y2="{height - 16}"/>')
+        bottom = height - 16 - (14 if x_label else 0)
+        body.append(f'<line class="grid" x1="{tx}" x2="{tx}" y1="{top}" y2="{bottom}"/>')
         body.append(
-            f'<text class="tick" x="{tx}" y="{height - 4}" text-anchor="middle">{_num(tick)}</text>'
+            f'<text class="tick" x="{tx}" y="{height - 4 - (14 if x_label else 0)}" '
+            f'text-anchor="middle">{_num(tick)}</text>'
         )
     css_of = dict(legend)
     for i, row in enumerate(rows):
@@ -226,4 +261,9 @@ def strip_chart(
                 f'r="4"><title>{_t(name)}: {_num(value)}</title></circle>'
             )
         body.append(_link(row.href, "".join(parts)))
+    if x_label:
+        body.append(
+            f'<text class="axis" x="{_n(label_w + span / 2)}" y="{height - 2}" '
+            f'text-anchor="middle">{_t(x_label)}</text>'
+        )
     return _svg(body, height, title)
