@@ -95,6 +95,18 @@ class PromptView:
     similarity: float | None
     max_delta_logit: float | None
     mean_kl: float | None
+    grades: tuple[tuple[str, str, str], ...] = ()  # (path, outcome, reason) of graded prompts
+
+
+def _grades(record: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+    grades = record.get("grades")
+    if not isinstance(grades, Mapping):
+        return ()
+    return tuple(
+        (path, str(g.get("outcome", "?")), str(g.get("reason", "")))
+        for path in ("baseline", "speculative")
+        if isinstance(g := grades.get(path), Mapping)
+    )
 
 
 def number(value: Any) -> float | None:
@@ -207,6 +219,7 @@ def prompt_view(
         similarity=number(comparison.get("token_similarity")),
         max_delta_logit=number(drift.get("max_abs_delta_logit")),
         mean_kl=number(drift.get("mean_kl")),
+        grades=_grades(record),
     )
 
 
