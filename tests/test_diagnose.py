@@ -95,10 +95,10 @@ def test_unknown_arguments_are_listed_as_ignored() -> None:
     cmd = parse_command(
         "llama-server --host 0.0.0.0 --port 8080 --jinja -m t.gguf --mystery -x -1 --alias a"
     )
+    assert cmd.get("jinja") is True  # understood, not ignored
     assert cmd.ignored == (
         "--host 0.0.0.0",
         "--port 8080",
-        "--jinja",
         "--mystery",
         "-x -1",
         "--alias a",
@@ -157,3 +157,82 @@ def test_diagnose_runs_and_prints_a_verdict(
     assert "of 1 prompts" in out
     assert (tmp_path / "temp0" / "results.jsonl").is_file()
     assert not (tmp_path / "sampling").exists()  # temp 0: no sampling run
+
+
+# -- what a user reads and copies (issue 15, item 11) and two deployments (item 13) ------------
+def test_gpu_users_hear_whether_their_kernels_were_tested() -> None:
+    from equiv.cli.diagnose import findings
+
+    cmd = parse_command("llama-server -m t.gguf -md d.gguf -ngl 99")
+    (cpu,) = [f for f in findings(cmd) if f.title == "-ngl 99"]
+    assert "NOT what it tests" in cpu.explanation
+    assert "--server-bin" in cpu.fix
+    assert "nothing to fix" not in cpu.fix
+    (own,) = [f for f in findings(cmd, own_server=True) if f.title == "-ngl 99"]
+    assert "your GPU kernels are tested" in own.explanation
+
+
+def test_jinja_is_understood_and_passed_to_the_users_server() -> None:
+    from equiv.cli.diagnose import findings, pass_through
+
+    cmd = parse_command("llama-server --jinja -m t.gguf -ngl 99")
+    assert any(f.title == "--jinja" for f in findings(cmd))
+    shared, _ = pass_through(cmd)
+    assert shared == ["--jinja", "-ngl", "99"]
+
+
+def test_the_mapping_prints_as_a_runnable_equiv_run(capsys, tmp_path) -> None:
+    import shlex
+
+    from equiv.cli.diagnose import run_command
+    from equiv.cli.main import _parser
+
+    values = {"temp": 0.2, "n_ctx": 4096, "flash_attn": True, "prompt": ["code/*", "chat/*"]}
+    values["spec"] = ["n_ctx=1024"]
+    argv = run_command(values, mode="sampling", out=tmp_path)
+    parsed = vars(_parser().parse_args(shlex.split(shlex.join(argv))))  # copy, paste, parse
+    assert parsed["mode"] == "sampling"
+    assert parsed["n_ctx"] == 4096
+    assert parsed["flash_attn"] is True
+    assert parsed["prompt"] == ["code/*", "chat/*"]
+    assert parsed["spec"] == ["n_ctx=1024"]
+    assert parsed["out"] == str(tmp_path)
+
+
+def test_dry_run_prints_a_copyable_command_not_a_dict(capsys) -> None:
+    from equiv.cli.main import main
+
+    code = main(["diagnose", "--dry-run", "--", "llama-cli", "-m", "t.gguf", "-c", "512"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "equiv run values: {" not in out
+    line = next(x for x in out.splitlines() if x.startswith("the same check by hand: equiv run "))
+    assert "--n-ctx 512" in line
+
+
+def test_thin_evidence_says_how_many_seeds_would_decide() -> None:
+    from equiv.cli.diagnose import seeds_needed
+
+    analyses = [
+        {"verdict": {"label": "inconclusive", "evidence": {"tokens": 256, "tokens_needed": 2048}}},
+        {"verdict": {"label": "equivalent", "evidence": {"tokens": 256, "tokens_needed": 9999}}},
+    ]
+    assert seeds_needed(analyses, 32) == 256  # 32 seeds gave 256 tokens; 2048 need 8x the seeds
+    assert seeds_needed([], 32) is None
+
+
+def test_two_command_lines_reproduce_two_deployments_that_differ() -> None:
+    from equiv.cli.diagnose import map_pair, split_commands
+
+    words = ["--", "llama-server", "-m", "t.gguf", "-c", "4096", "--temp", "0.7", "--",
+             "llama-server", "-m", "t.gguf", "-md", "d.gguf", "-c", "2048", "--temp", "0.7",
+             "--draft-max", "8"]  # fmt: skip
+    base, spec = (parse_command(w) for w in split_commands(words))
+    mapping, found = map_pair(base, spec)
+    assert mapping.values["n_ctx"] == 4096  # the baseline's
+    assert mapping.values["spec"] == ["n_ctx=2048"]  # the speculative path's own
+    assert mapping.values["draft_max"] == 8
+    assert [f.title for f in found] == ["-c: 4096 in the baseline, 2048 with the draft"]
+    assert found[0].kind == "misconfiguration"
+    with pytest.raises(ConfigError, match="no -md/--model-draft"):
+        map_pair(spec, base)

@@ -5,6 +5,7 @@ verdict of that run from the summaries the runner writes (no statistics are comp
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -23,9 +24,13 @@ __all__ = [
     "RunMapping",
     "execute",
     "findings",
+    "map_pair",
     "map_to_run",
     "parse_command",
     "pass_through",
+    "run_command",
+    "seeds_needed",
+    "split_commands",
     "user_server",
     "verdict_lines",
 ]
@@ -74,6 +79,7 @@ _FLAGS: tuple[tuple[tuple[str, ...], str, Callable[[str], Any] | None], ...] = (
     (("-ctk", "--cache-type-k"), "cache_type_k", str),
     (("-ctv", "--cache-type-v"), "cache_type_v", str),
     (("-np", "--parallel"), "parallel", int),
+    (("--jinja",), "jinja", bool),  # a switch: the model's own Jinja chat template
 )
 _BY_SPELLING = {name: (key, conv) for names, key, conv in _FLAGS for name in names}
 
@@ -132,6 +138,9 @@ def parse_command(argv: Sequence[str] | str) -> LlamaCommand:
                 ignored.append(word)
             continue
         key, conv = _BY_SPELLING[name]
+        if conv is bool:  # a switch without a value
+            settings[key], spellings[key] = True, name
+            continue
         if conv is None:  # -fa: a bare switch in old builds, -fa on|off|auto in new ones
             value = inline or (words[i] if i < len(words) and words[i] in _FA_VALUES else "on")
             i += 1 if not inline and i < len(words) and words[i] in _FA_VALUES else 0
@@ -166,8 +175,14 @@ class Finding:
         return f"[{self.kind}] {self.title}\n    why: {self.explanation}\n    fix: {self.fix}"
 
 
-def findings(cmd: LlamaCommand, *, vocab_check: Callable[..., Any] | None = None) -> list[Finding]:
-    """What the command line alone says (``vocab_check``: llama.cpp's rules unless given)."""
+def findings(
+    cmd: LlamaCommand,
+    *,
+    vocab_check: Callable[..., Any] | None = None,
+    own_server: bool = False,
+) -> list[Finding]:
+    """What the command line alone says (``vocab_check``: llama.cpp's rules unless given;
+    ``own_server``: the run starts the user's own llama-server with their flags)."""
     out: list[Finding] = []
 
     def add(kind: str, title: str, explanation: str, fix: str) -> None:
@@ -215,10 +230,26 @@ def findings(cmd: LlamaCommand, *, vocab_check: Callable[..., Any] | None = None
             "misconfiguration" if partial else "note",
             f"-ngl {ngl}" + (" (partial GPU offload?)" if partial else ""),
             "layers on the GPU and on the CPU run different kernels; a partial offload mixes "
-            "them, and target and draft may be split differently. equiv runs on CPU only",
-            "offload all layers (-ngl 999) or none (-ngl 0) when comparing outputs"
-            if partial
-            else "nothing to fix; equiv checks the same setup on CPU",
+            "them, and target and draft may be split differently. "
+            + (
+                "equiv runs your llama-server with your -ngl, so your GPU kernels are tested"
+                if own_server
+                else "This run is llama-cpp-python on the CPU: your GPU kernels are NOT what it "
+                "tests, and GPU kernels drift differently"
+            ),
+            ("offload all layers (-ngl 999) or none (-ngl 0) when comparing outputs" if partial
+             else "nothing to change in your flags")
+            + ("" if own_server else "; to test your GPU kernels pass --server-bin PATH (your "
+               "llama-server build) so equiv runs it with your -ngl"),
+        )  # fmt: skip
+    if cmd.get("jinja"):
+        add(
+            "note",
+            "--jinja",
+            "chat requests are formatted with the model's own Jinja chat template "
+            "(tokenizer.chat_template); equiv formats its chat prompts with the same template "
+            "(and passes --jinja to your llama-server when it runs one)",
+            "nothing to fix; if a chat prompt diverges, check that both servers ran --jinja",
         )
     kv = [f"{f} {cmd.get(k)}" for f, k in (("-ctk", "cache_type_k"), ("-ctv", "cache_type_v"))]
     kv = [text for text in kv if not text.endswith((" None", " f16"))]
@@ -326,6 +357,83 @@ def map_to_run(
     return RunMapping(values, tuple(notes), runs)
 
 
+#: Settings two deployments may differ in that equiv reproduces as speculative-path overrides
+#: (`RunConfig.spec_overrides`): the command-line setting -> the override's key.
+_PER_PATH = {
+    "model": "target",
+    "n_ctx": "n_ctx",
+    "n_batch": "n_batch",
+    "n_ubatch": "n_ubatch",
+    "threads": "n_threads",
+    "flash_attn": "flash_attn",
+    "temp": "temp",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty",
+}
+
+
+def split_commands(words: Sequence[str]) -> list[list[str]]:
+    """``-- CMD`` or ``-- BASELINE_CMD -- SPECULATIVE_CMD``: the command lines after ``--``."""
+    words = list(words)
+    if words and words[0] == "--":
+        words = words[1:]
+    parts: list[list[str]] = [[]]
+    for word in words:
+        if word == "--":
+            parts.append([])
+        else:
+            parts[-1].append(word)
+    if len(parts) > 2:
+        raise ConfigError(
+            f"equiv diagnose takes one command line, or two (baseline -- speculative); got "
+            f"{len(parts)} separated by --"
+        )
+    return parts
+
+
+def map_pair(
+    baseline: LlamaCommand, speculative: LlamaCommand, **kwargs: Any
+) -> tuple[RunMapping, list[Finding]]:
+    """Two deployments, the baseline without a draft and the speculative one with it: the run
+    that reproduces both (the speculative command's draft settings, and each setting in which
+    they differ as a speculative-path override), and a finding per difference."""
+    if not speculative.get("model_draft"):
+        raise ConfigError(
+            "the second command line (speculative) has no -md/--model-draft; give the "
+            "baseline first and the speculative deployment second"
+        )
+    base = map_to_run(baseline, **kwargs)
+    spec = map_to_run(speculative, **kwargs)
+    values = {**base.values, **{k: v for k, v in spec.values.items() if k.startswith("draft")}}
+    overrides: list[str] = []
+    found: list[Finding] = []
+    for key, override in _PER_PATH.items():
+        a, b = baseline.get(key), speculative.get(key)
+        if a == b or b is None:
+            continue
+        mapped = spec.values.get({"model": "target"}.get(key, key), b)
+        overrides.append(f"{override}={mapped}")
+        flag = speculative.spellings.get(key) or baseline.spellings.get(key) or key
+        found.append(
+            Finding(
+                "misconfiguration",
+                f"{flag}: {a if a is not None else 'default'} in the baseline, {b} with the draft",
+                "the two deployments are not the same experiment, so their outputs may differ "
+                "for this reason alone; equiv reproduces it (a speculative-path override) and "
+                "labels the runs misconfiguration while it stands",
+                f"use the same {flag} in both, then rerun to see what the draft alone changes",
+            )
+        )
+    if overrides:
+        values["spec"] = overrides
+    notes = (*base.notes, *(n for n in spec.notes if n not in base.notes))
+    if overrides:
+        notes += (f"speculative path only: {', '.join(overrides)}",)
+    return RunMapping(values, notes, spec.runs), found
+
+
 #: Programs of a llama.cpp build directory that have a llama-server beside them to run instead.
 _BUILD_PROGRAMS = ("llama-cli", "llama-speculative", "llama-speculative-simple", "main")
 #: The user's flags that change numerics and that equiv does not set itself: passed to the user's
@@ -333,13 +441,13 @@ _BUILD_PROGRAMS = ("llama-cli", "llama-speculative", "llama-speculative-simple",
 _PASS_SHARED = frozenset(
     {"-ngl", "--gpu-layers", "--n-gpu-layers", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v",
      "-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu", "-dev", "--device",
-     "--no-mmap", "--mlock", "--numa", "--no-kv-offload", "-nkvo"}
+     "--no-mmap", "--mlock", "--numa", "--no-kv-offload", "-nkvo", "--jinja"}
 )  # fmt: skip
 _PASS_DRAFT = frozenset(
     {"-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "-devd", "--device-draft",
      "-ctkd", "--cache-type-k-draft", "-ctvd", "--cache-type-v-draft"}
 )  # fmt: skip
-_SWITCHES = frozenset({"--no-mmap", "--mlock", "--no-kv-offload", "-nkvo"})
+_SWITCHES = frozenset({"--no-mmap", "--mlock", "--no-kv-offload", "-nkvo", "--jinja"})
 
 
 def user_server(cmd: LlamaCommand, *, server_bin: str | None = None) -> tuple[str | None, str]:
@@ -398,10 +506,49 @@ def pass_through(cmd: LlamaCommand) -> tuple[list[str], list[str]]:
     return shared, draft
 
 
+def run_command(values: Mapping[str, Any], *, mode: str, out: Path | str) -> list[str]:
+    """The ``equiv run`` command line (argv, from ``run``) of mapped option values: what a
+    user copies to rerun one part of a diagnosis."""
+    from equiv.options import RUN_OPTIONS
+
+    argv = ["run", "--mode", mode]
+    for opt in RUN_OPTIONS:
+        value = values.get(opt.dest)
+        if value is None or opt.name == "mode" or value is False:
+            continue
+        if opt.flag:
+            argv.append(f"--{opt.name}")
+        elif opt.multiple:
+            for item in [value] if isinstance(value, str) else value:
+                argv += [f"--{opt.name}", str(item)]
+        else:
+            argv += [f"--{opt.name}", str(value)]
+    return [*argv, "--out", str(out)]
+
+
+def seeds_needed(analyses: Sequence[Mapping[str, Any]], seeds: int) -> int | None:
+    """Seeds per prompt at which every inconclusive prompt's test reaches the power its verdict
+    asks for, from the tokens the classifier said it needs (None when it did not say)."""
+    needed = []
+    for record in analyses:
+        ev = (record.get("verdict") or {}).get("evidence") or {}
+        need, have = ev.get("tokens_needed"), ev.get("tokens")
+        if record.get("verdict", {}).get("label") == "inconclusive" and need and have:
+            needed.append(math.ceil(seeds * need / have))
+    return max(needed) if needed else None
+
+
 def verdict_lines(
-    temp0: Any, sampling: Any | None, *, draft_max: int, user_temp: float, analyses: Sequence[Any]
+    temp0: Any,
+    sampling: Any | None,
+    *,
+    draft_max: int,
+    user_temp: float,
+    analyses: Sequence[Any],
+    seeds: int | None = None,
 ) -> list[str]:
-    """Plain-language verdict and next steps from the runs' `Summary` objects."""
+    """Plain-language verdict and next steps from the runs' `Summary` objects (``seeds``: the
+    seeds per prompt the sampling run used, to say how many would decide)."""
     t = temp0.total
     lines = [f"temp-0 outputs identical on {t.identical} of {t.prompts} prompts"]
     verdict = temp0.verdict
@@ -428,9 +575,14 @@ def verdict_lines(
                 f"prompts{detail}: what you see between runs is sampling variance"
             )
         elif label == "inconclusive":
+            more = seeds_needed(analyses, seeds) if seeds else None
+            how = (
+                f"rerun with --seeds {more} (now {seeds}) or a larger --max-tokens"
+                if more
+                else "rerun with more --seeds or a larger --max-tokens"
+            )
             lines.append(
-                f"at temp {user_temp:g} no test rejects, but the evidence is thin{detail}: "
-                "rerun with more --seeds or --max-tokens"
+                f"at temp {user_temp:g} no test rejects, but the evidence is thin{detail}: {how}"
             )
         else:
             lines.append(f"at temp {user_temp:g}: {sampling.conclusion}{detail}")
@@ -467,10 +619,18 @@ def execute(
     seeds: int,
     out: Path,
     echo: Callable[[str], None] = print,
+    console: Any = None,
 ) -> int:
-    """Run temp 0 and (if the user samples) the user's temperature; echo the verdict."""
+    """Run temp 0 and (if the user samples) the user's temperature, with progress on
+    ``console`` (stderr by default); write each run's summary.json and report.html; echo the
+    ``equiv run`` command that reruns each, and the verdict."""
+    from rich.console import Console
+
+    from equiv.cli.progress import Progress
     from equiv.options import build_config, merge_toml
     from equiv.records import ResultsFile
+    from equiv.report import write_report
+    from equiv.report.summary_json import write_summary
     from equiv.run.execute import run_plan
     from equiv.run.plan import plan, select_prompts
 
@@ -479,13 +639,22 @@ def execute(
     modes = ["temp0"] + (["sampling"] if mapping.user_temp > 0 else [])
     summaries: dict[str, Any] = {}
     for mode in modes:
-        config, pair = build_config({**values, "mode": mode, "seeds": seeds}, workdir=out / mode)
+        run_values = {**values, "mode": mode, "seeds": seeds if mode == "sampling" else None}
+        config, pair = build_config(run_values, workdir=out / mode)
         chosen = select_prompts(config.suites, values["prompt"])
-        echo(f"running {mode}: {len(plan(chosen, config))} generation pair(s) -> {out / mode}")
-        outcome = run_plan(config, pair, chosen, out / mode, argv=["diagnose"])
+        total = len(plan(chosen, config))
+        argv = run_command(run_values, mode=mode, out=out / mode)
+        echo(f"running {mode}: {total} generation pair(s) -> {out / mode}")
+        echo(f"  the same run by hand: equiv {shlex.join(argv)}")
+        with Progress(console or Console(stderr=True), total=total) as progress:
+            outcome = run_plan(
+                config, pair, chosen, out / mode, argv=argv, on_result=progress.update
+            )
         if outcome.summary is None:
             raise KeyboardInterrupt
         summaries[mode] = outcome.summary
+        echo(f"  summary: {write_summary(outcome.results_path)}")
+        echo(f"  report: {write_report(outcome.results_path, out / mode / 'report.html')}")
     temp0 = summaries["temp0"]
     sampling = summaries.get("sampling")
     analyses = ResultsFile(out / "sampling" / "results.jsonl").analyses() if sampling else []
@@ -496,6 +665,7 @@ def execute(
         draft_max=merge_toml(values)["draft_max"],
         user_temp=mapping.user_temp,
         analyses=analyses,
+        seeds=seeds,
     ):
         echo(line)
     failed = temp0.failed_controls + (sampling.failed_controls if sampling else [])

@@ -316,22 +316,37 @@ def _cmd_check_draft(args: argparse.Namespace) -> int:
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:
+    import shlex
+
     from equiv.cli import diagnose
 
-    cmd = diagnose.parse_command(args.llama)
-    mapping = diagnose.map_to_run(cmd, server_bin=args.server_bin)
-    print(f"{cmd.program or 'llama.cpp'}: {', '.join(f'{k}={v}' for k, v in cmd.settings.items())}")
-    print(f"ignored: {', '.join(cmd.ignored)}" if cmd.ignored else "ignored: nothing")
+    commands = [diagnose.parse_command(words) for words in diagnose.split_commands(args.llama)]
+    if len(commands) == 2:  # baseline -- speculative: two deployments that may differ
+        mapping, differ = diagnose.map_pair(*commands, server_bin=args.server_bin)
+    else:
+        mapping, differ = diagnose.map_to_run(commands[0], server_bin=args.server_bin), []
+    for role, cmd in zip(("baseline: ", "speculative: "), commands, strict=False):
+        role = role if len(commands) == 2 else ""
+        settings = ", ".join(f"{k}={v}" for k, v in cmd.settings.items())
+        print(f"{role}{cmd.program or 'llama.cpp'}: {settings}")
+        print(f"{role}ignored: {', '.join(cmd.ignored)}" if cmd.ignored else f"{role}ignored: -")
     print(f"runs: {mapping.runs}")
     for note in mapping.notes:
         print(f"note: {note}")
-    for finding in diagnose.findings(cmd):
-        print(finding.text())
-    print(f"equiv run values: {mapping.values}")
-    if args.dry_run:
-        return 0
+    own_server = mapping.values.get("engine") == "server"
+    shown = dict.fromkeys(
+        f.text() for cmd in commands for f in diagnose.findings(cmd, own_server=own_server)
+    )
+    for text in [*shown, *(f.text() for f in differ)]:
+        print(text)
     out = Path(args.out or f"reports/diagnose-{time.strftime('%Y%m%d-%H%M%S')}")
     prompts = args.prompt or list(diagnose.DEFAULT_PROMPTS)
+    values = {"temp": mapping.user_temp, **mapping.values, "prompt": prompts}
+    values["max_tokens"] = args.max_tokens
+    argv = diagnose.run_command(values, mode="temp0", out=out / "temp0")
+    print(f"the same check by hand: equiv {shlex.join(argv)}")
+    if args.dry_run:
+        return 0
     return diagnose.execute(
         mapping, prompts=prompts, max_tokens=args.max_tokens, seeds=args.seeds, out=out
     )

@@ -519,6 +519,7 @@ def classify_sampling(
     need = n
     while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=alpha, power=MIN_POWER) > 0.1:
         need = max(2 * need, 16)
+    ev.update(tokens=n, tokens_needed=need)  # so a caller can say how many seeds would do
     return Verdict(
         Label.INCONCLUSIVE,
         f"no test rejects, but the {what} test over {n} tokens has power only {power:.2f} for "
