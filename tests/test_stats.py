@@ -295,3 +295,31 @@ def test_pit_uses_fewer_bins_when_values_are_few() -> None:
     assert "not 10: 30 values keep 5 expected per bin" in few.detail
     assert pit_uniformity_test(rng.random(9), alpha=0.01).detail.startswith("not enough")
     assert pit_uniformity_test(rng.random(500), alpha=0.01).df == 9
+
+
+def test_drift_over_the_entries_that_carry_mass_equals_the_full_sum() -> None:
+    """The windowed KL (entries within 60 nats of a maximum) against the exact full-row sum, on
+    rows as peaked and as flat as real ones, and rows with forbidden (-inf) tokens."""
+    from equiv.verdicts.stats import _row_kl
+
+    rng = np.random.default_rng(7)
+    for scale in (0.5, 3.0, 12.0):
+        a = (rng.standard_normal((6, 4096)) * scale).astype(np.float32)
+        b = a + (rng.standard_normal(a.shape) * 0.05).astype(np.float32)
+        a[1, :100] = -np.inf
+        b[2, :50] = -np.inf
+        m = drift_metrics(a, b, rows=True)
+        exact = [_row_kl(ra, rb) for ra, rb in zip(a, b, strict=True)]
+        assert m.kl_rows == pytest.approx([float(f"{x:.4g}") for x in exact], rel=1e-3)
+        assert m.kl_max == pytest.approx(max(exact), rel=1e-6)
+        assert m.max_abs_logit_delta == np.inf  # a token one row forbids and the other allows
+        finite = drift_metrics(a[3:], b[3:])
+        assert finite.max_abs_logit_delta == pytest.approx(float(np.abs(a[3:] - b[3:]).max()))
+        assert finite.top1_agreement == np.mean(a[3:].argmax(1) == b[3:].argmax(1))
+
+
+def test_drift_metrics_refuses_nan_and_positive_infinity() -> None:
+    for bad in (np.nan, np.inf):
+        a = np.array([[0.0, 1.0, bad]], dtype=np.float32)
+        with pytest.raises(ValueError, match="NaN"):
+            drift_metrics(a, np.zeros((1, 3), dtype=np.float32))
