@@ -251,3 +251,18 @@ def test_the_plugin_session_fails_on_a_significant_drop_only_when_asked() -> Non
     assert any(line.startswith("temp0: quality: 6/6 baseline") for line in summary_lines(worse))
     few = worse[:4]  # 4 flips: one-sided exact McNemar p = 1/16 > 0.05
     assert problems(few, Policy(fail_on_quality_drop=True)) == []
+
+
+def test_diagnose_ends_with_the_quality_answer() -> None:
+    from equiv.cli.diagnose import verdict_lines
+    from equiv.verdicts.summary import summarize
+
+    graded = summarize([_record(f"code/p{i}", "pass", "fail", "sampler-bug") for i in range(6)])
+    lines = verdict_lines(graded, None, draft_max=4, user_temp=0.0, analyses=[])
+    assert lines[-1].startswith("did quality drop? yes, by 100.0 points")
+    assert lines[-2].startswith("quality: 6/6 baseline vs 0/6 speculative pass")
+    ungraded = [
+        {k: v for k, v in _record("code/a", "pass", "pass", "equivalent").items() if k != "grades"}
+    ]
+    lines = verdict_lines(summarize(ungraded), None, draft_max=4, user_temp=0.0, analyses=[])
+    assert lines[-1].startswith("did quality drop? not measured")
