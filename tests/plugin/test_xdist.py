@@ -26,7 +26,7 @@ def test_two_workers_one_report_with_every_check(project):
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(["*first divergence at token 2*", "*= equiv =*", "labels: *"])
     out = result.stdout.str()
-    assert out.count("equiv report: ") == 1 + ("report.html" in out)
+    assert out.count("equiv report: ") == 2 + ("report.html" in out)  # results, summary.json
     lines = project.results()
     assert sum(r["kind"] == "header" for r in lines) == 1
     keys = sorted(r["key"] for r in lines if r["kind"] == "result")
