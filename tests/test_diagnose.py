@@ -184,7 +184,7 @@ def test_jinja_is_understood_and_passed_to_the_users_server() -> None:
 def test_the_mapping_prints_as_a_runnable_equiv_run(capsys, tmp_path) -> None:
     import shlex
 
-    from equiv.cli.diagnose import run_command
+    from equiv.cli.deployments import run_command
     from equiv.cli.main import _parser
 
     values = {"temp": 0.2, "n_ctx": 4096, "flash_attn": True, "prompt": ["code/*", "chat/*"]}
@@ -222,7 +222,7 @@ def test_thin_evidence_says_how_many_seeds_would_decide() -> None:
 
 
 def test_two_command_lines_reproduce_two_deployments_that_differ() -> None:
-    from equiv.cli.diagnose import map_pair, split_commands
+    from equiv.cli.deployments import map_pair, split_commands
 
     words = ["--", "llama-server", "-m", "t.gguf", "-c", "4096", "--temp", "0.7", "--",
              "llama-server", "-m", "t.gguf", "-md", "d.gguf", "-c", "2048", "--temp", "0.7",

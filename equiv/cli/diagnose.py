@@ -24,13 +24,10 @@ __all__ = [
     "RunMapping",
     "execute",
     "findings",
-    "map_pair",
     "map_to_run",
     "parse_command",
     "pass_through",
-    "run_command",
     "seeds_needed",
-    "split_commands",
     "user_server",
     "verdict_lines",
 ]
@@ -357,83 +354,6 @@ def map_to_run(
     return RunMapping(values, tuple(notes), runs)
 
 
-#: Settings two deployments may differ in that equiv reproduces as speculative-path overrides
-#: (`RunConfig.spec_overrides`): the command-line setting -> the override's key.
-_PER_PATH = {
-    "model": "target",
-    "n_ctx": "n_ctx",
-    "n_batch": "n_batch",
-    "n_ubatch": "n_ubatch",
-    "threads": "n_threads",
-    "flash_attn": "flash_attn",
-    "temp": "temp",
-    "top_k": "top_k",
-    "top_p": "top_p",
-    "min_p": "min_p",
-    "repeat_penalty": "repeat_penalty",
-}
-
-
-def split_commands(words: Sequence[str]) -> list[list[str]]:
-    """``-- CMD`` or ``-- BASELINE_CMD -- SPECULATIVE_CMD``: the command lines after ``--``."""
-    words = list(words)
-    if words and words[0] == "--":
-        words = words[1:]
-    parts: list[list[str]] = [[]]
-    for word in words:
-        if word == "--":
-            parts.append([])
-        else:
-            parts[-1].append(word)
-    if len(parts) > 2:
-        raise ConfigError(
-            f"equiv diagnose takes one command line, or two (baseline -- speculative); got "
-            f"{len(parts)} separated by --"
-        )
-    return parts
-
-
-def map_pair(
-    baseline: LlamaCommand, speculative: LlamaCommand, **kwargs: Any
-) -> tuple[RunMapping, list[Finding]]:
-    """Two deployments, the baseline without a draft and the speculative one with it: the run
-    that reproduces both (the speculative command's draft settings, and each setting in which
-    they differ as a speculative-path override), and a finding per difference."""
-    if not speculative.get("model_draft"):
-        raise ConfigError(
-            "the second command line (speculative) has no -md/--model-draft; give the "
-            "baseline first and the speculative deployment second"
-        )
-    base = map_to_run(baseline, **kwargs)
-    spec = map_to_run(speculative, **kwargs)
-    values = {**base.values, **{k: v for k, v in spec.values.items() if k.startswith("draft")}}
-    overrides: list[str] = []
-    found: list[Finding] = []
-    for key, override in _PER_PATH.items():
-        a, b = baseline.get(key), speculative.get(key)
-        if a == b or b is None:
-            continue
-        mapped = spec.values.get({"model": "target"}.get(key, key), b)
-        overrides.append(f"{override}={mapped}")
-        flag = speculative.spellings.get(key) or baseline.spellings.get(key) or key
-        found.append(
-            Finding(
-                "misconfiguration",
-                f"{flag}: {a if a is not None else 'default'} in the baseline, {b} with the draft",
-                "the two deployments are not the same experiment, so their outputs may differ "
-                "for this reason alone; equiv reproduces it (a speculative-path override) and "
-                "labels the runs misconfiguration while it stands",
-                f"use the same {flag} in both, then rerun to see what the draft alone changes",
-            )
-        )
-    if overrides:
-        values["spec"] = overrides
-    notes = (*base.notes, *(n for n in spec.notes if n not in base.notes))
-    if overrides:
-        notes += (f"speculative path only: {', '.join(overrides)}",)
-    return RunMapping(values, notes, spec.runs), found
-
-
 #: Programs of a llama.cpp build directory that have a llama-server beside them to run instead.
 _BUILD_PROGRAMS = ("llama-cli", "llama-speculative", "llama-speculative-simple", "main")
 #: The user's flags that change numerics and that equiv does not set itself: passed to the user's
@@ -504,26 +424,6 @@ def pass_through(cmd: LlamaCommand) -> tuple[list[str], list[str]]:
                 into.append(words[i + 1])
         i += 2 if into is not None and takes_value else 1
     return shared, draft
-
-
-def run_command(values: Mapping[str, Any], *, mode: str, out: Path | str) -> list[str]:
-    """The ``equiv run`` command line (argv, from ``run``) of mapped option values: what a
-    user copies to rerun one part of a diagnosis."""
-    from equiv.options import RUN_OPTIONS
-
-    argv = ["run", "--mode", mode]
-    for opt in RUN_OPTIONS:
-        value = values.get(opt.dest)
-        if value is None or opt.name == "mode" or value is False:
-            continue
-        if opt.flag:
-            argv.append(f"--{opt.name}")
-        elif opt.multiple:
-            for item in [value] if isinstance(value, str) else value:
-                argv += [f"--{opt.name}", str(item)]
-        else:
-            argv += [f"--{opt.name}", str(value)]
-    return [*argv, "--out", str(out)]
 
 
 def seeds_needed(analyses: Sequence[Mapping[str, Any]], seeds: int) -> int | None:
@@ -626,6 +526,7 @@ def execute(
     ``equiv run`` command that reruns each, and the verdict."""
     from rich.console import Console
 
+    from equiv.cli.deployments import run_command
     from equiv.cli.progress import Progress
     from equiv.options import build_config, merge_toml
     from equiv.records import ResultsFile

@@ -318,11 +318,11 @@ def _cmd_check_draft(args: argparse.Namespace) -> int:
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     import shlex
 
-    from equiv.cli import diagnose
+    from equiv.cli import deployments, diagnose
 
-    commands = [diagnose.parse_command(words) for words in diagnose.split_commands(args.llama)]
+    commands = [diagnose.parse_command(w) for w in deployments.split_commands(args.llama)]
     if len(commands) == 2:  # baseline -- speculative: two deployments that may differ
-        mapping, differ = diagnose.map_pair(*commands, server_bin=args.server_bin)
+        mapping, differ = deployments.map_pair(*commands, server_bin=args.server_bin)
     else:
         mapping, differ = diagnose.map_to_run(commands[0], server_bin=args.server_bin), []
     for role, cmd in zip(("baseline: ", "speculative: "), commands, strict=False):
@@ -343,7 +343,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     prompts = args.prompt or list(diagnose.DEFAULT_PROMPTS)
     values = {"temp": mapping.user_temp, **mapping.values, "prompt": prompts}
     values["max_tokens"] = args.max_tokens
-    argv = diagnose.run_command(values, mode="temp0", out=out / "temp0")
+    argv = deployments.run_command(values, mode="temp0", out=out / "temp0")
     print(f"the same check by hand: equiv {shlex.join(argv)}")
     if args.dry_run:
         return 0

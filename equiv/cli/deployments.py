@@ -1,0 +1,112 @@
+"""Two deployments and the command that reruns a diagnosis: ``equiv diagnose -- BASELINE_CMD --
+SPECULATIVE_CMD`` maps two llama.cpp command lines onto one equiv run whose speculative path
+carries each setting in which they differ (`RunConfig.spec_overrides`), and `run_command` writes
+mapped values as the ``equiv run`` command a user copies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from equiv.cli.diagnose import Finding, LlamaCommand, RunMapping, map_to_run
+from equiv.errors import ConfigError
+
+__all__ = ["map_pair", "run_command", "split_commands"]
+
+
+#: Settings two deployments may differ in that equiv reproduces as speculative-path overrides
+#: (`RunConfig.spec_overrides`): the command-line setting -> the override's key.
+_PER_PATH = {
+    "model": "target",
+    "n_ctx": "n_ctx",
+    "n_batch": "n_batch",
+    "n_ubatch": "n_ubatch",
+    "threads": "n_threads",
+    "flash_attn": "flash_attn",
+    "temp": "temp",
+    "top_k": "top_k",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repeat_penalty": "repeat_penalty",
+}
+
+
+def split_commands(words: Sequence[str]) -> list[list[str]]:
+    """``-- CMD`` or ``-- BASELINE_CMD -- SPECULATIVE_CMD``: the command lines after ``--``."""
+    words = list(words)
+    if words and words[0] == "--":
+        words = words[1:]
+    parts: list[list[str]] = [[]]
+    for word in words:
+        if word == "--":
+            parts.append([])
+        else:
+            parts[-1].append(word)
+    if len(parts) > 2:
+        raise ConfigError(
+            f"equiv diagnose takes one command line, or two (baseline -- speculative); got "
+            f"{len(parts)} separated by --"
+        )
+    return parts
+
+
+def map_pair(
+    baseline: LlamaCommand, speculative: LlamaCommand, **kwargs: Any
+) -> tuple[RunMapping, list[Finding]]:
+    """Two deployments, the baseline without a draft and the speculative one with it: the run
+    that reproduces both (the speculative command's draft settings, and each setting in which
+    they differ as a speculative-path override), and a finding per difference."""
+    if not speculative.get("model_draft"):
+        raise ConfigError(
+            "the second command line (speculative) has no -md/--model-draft; give the "
+            "baseline first and the speculative deployment second"
+        )
+    base = map_to_run(baseline, **kwargs)
+    spec = map_to_run(speculative, **kwargs)
+    values = {**base.values, **{k: v for k, v in spec.values.items() if k.startswith("draft")}}
+    overrides: list[str] = []
+    found: list[Finding] = []
+    for key, override in _PER_PATH.items():
+        a, b = baseline.get(key), speculative.get(key)
+        if a == b or b is None:
+            continue
+        mapped = spec.values.get({"model": "target"}.get(key, key), b)
+        overrides.append(f"{override}={mapped}")
+        flag = speculative.spellings.get(key) or baseline.spellings.get(key) or key
+        found.append(
+            Finding(
+                "misconfiguration",
+                f"{flag}: {a if a is not None else 'default'} in the baseline, {b} with the draft",
+                "the two deployments are not the same experiment, so their outputs may differ "
+                "for this reason alone; equiv reproduces it (a speculative-path override) and "
+                "labels the runs misconfiguration while it stands",
+                f"use the same {flag} in both, then rerun to see what the draft alone changes",
+            )
+        )
+    if overrides:
+        values["spec"] = overrides
+    notes = (*base.notes, *(n for n in spec.notes if n not in base.notes))
+    if overrides:
+        notes += (f"speculative path only: {', '.join(overrides)}",)
+    return RunMapping(values, notes, spec.runs), found
+
+
+def run_command(values: Mapping[str, Any], *, mode: str, out: Path | str) -> list[str]:
+    """The ``equiv run`` command line (argv, from ``run``) of mapped option values: what a
+    user copies to rerun one part of a diagnosis."""
+    from equiv.options import RUN_OPTIONS
+
+    argv = ["run", "--mode", mode]
+    for opt in RUN_OPTIONS:
+        value = values.get(opt.dest)
+        if value is None or opt.name == "mode" or value is False:
+            continue
+        if opt.flag:
+            argv.append(f"--{opt.name}")
+        elif opt.multiple:
+            for item in [value] if isinstance(value, str) else value:
+                argv += [f"--{opt.name}", str(item)]
+        else:
+            argv += [f"--{opt.name}", str(value)]
+    return [*argv, "--out", str(out)]
