@@ -67,6 +67,13 @@ def test_quant_names(make_gguf: MakeGGUF, file_type: int, quant: str | None) -> 
     assert read_gguf_info(make_gguf(file_type=file_type)).quant == quant
 
 
+def test_info_is_read_once_per_file_version(make_gguf: MakeGGUF) -> None:
+    path = make_gguf(name="first")
+    assert read_gguf_info(path) is read_gguf_info(path)  # the same file: not scanned again
+    make_gguf(name="second, rewritten in place")
+    assert read_gguf_info(path).name == "second, rewritten in place"
+
+
 def test_info_round_trips_through_json(make_gguf: MakeGGUF) -> None:
     info = read_gguf_info(make_gguf(extra_kv={"llama.nextn_predict_layers": 1}))
     assert GGUFInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info

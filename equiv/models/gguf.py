@@ -256,7 +256,21 @@ def _get(kv: Mapping[str, object], key: str, kind: type[_T], path: Path) -> _T |
 
 
 def read_gguf_info(path: PathLike, *, with_sha256: bool = True) -> GGUFInfo:
-    """Read a GGUF file's metadata, not its weights; sha256 cached by (path, size, mtime)."""
+    """Read a GGUF file's metadata, not its weights; cached by (path, size, mtime), so the
+    fingerprint of every run and every header does not rescan a 262,144-token vocabulary."""
+    try:
+        stat = Path(path).stat()
+    except OSError:  # missing or unreadable: the uncached read names the problem
+        return _read_gguf_info(str(path), with_sha256)
+    return _cached_gguf_info(str(path), stat.st_size, stat.st_mtime_ns, with_sha256)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_gguf_info(path: str, size: int, mtime_ns: int, with_sha256: bool) -> GGUFInfo:
+    return _read_gguf_info(path, with_sha256)
+
+
+def _read_gguf_info(path: str, with_sha256: bool) -> GGUFInfo:
     p, kv, _ = _scan(path, want_tokens=False)
     tokens = kv.get(_TOKENS)
     if not isinstance(tokens, _Array):
