@@ -177,3 +177,14 @@ def test_quiet_prints_the_conclusion_and_verbose_each_prompt(fake_run, tmp_path,
     code, verbose, _ = _run(capsys, *fake_run, "--out", str(tmp_path / "v"), "-v")
     assert "s/same::temp0  equivalent  token IDs identical" in verbose
     assert "s/drift::temp0  " in verbose
+
+
+def test_sweep_json_holds_each_values_summary(fake_run, tmp_path, capsys):
+    code, stdout, _ = _run(
+        capsys, *fake_run, "--out", str(tmp_path / "sw"), "--sweep-draft-max", "1,2", "--json"
+    )
+    assert code == 0
+    data = json.loads(stdout)
+    assert data["sweep"] == "draft_max"
+    assert set(data["runs"]) == {"1", "2"}
+    assert all(run["prompts"] == 2 for run in data["runs"].values())

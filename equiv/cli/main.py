@@ -201,7 +201,10 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rows = []
     for n in _int_list(sweep):
         code, summary = _run_once(
-            {**values, "draft_max": n, "json": False}, argv, base / f"draft-max-{n}", args.resume
+            {**values, "draft_max": n, "json": False, "stderr": args.json},
+            argv,
+            base / f"draft-max-{n}",
+            args.resume,
         )
         if summary is None:
             return code
@@ -271,7 +274,7 @@ def _run_once(
         return EXIT_INTERRUPTED, None
     summary = outcome.summary
     json_out = bool(values.get("json"))
-    human = _console(json_out)
+    human = _console(json_out or bool(values.get("stderr")))  # stdout: JSON only
     summary_path = write_summary(outcome.results_path)
     report_path = write_report(outcome.results_path, out / "report.html")
     if values.get("quiet"):
