@@ -409,7 +409,8 @@ def grade_pair(
     its completion text (None for a chat prompt).
     """
     grader = parse_grader(spec, chat=prompt_text is None)
-    return {
-        "baseline": grade(grader, baseline, prompt_text).to_dict(),
-        "speculative": grade(grader, speculative, prompt_text).to_dict(),
-    }
+    first = grade(grader, baseline, prompt_text).to_dict()
+    # Identical outputs (every equivalent temp-0 prompt) get one grade: a grader is a pure
+    # function of the text, and generated code then runs once, not twice.
+    second = first if speculative == baseline else grade(grader, speculative, prompt_text).to_dict()
+    return {"baseline": first, "speculative": second}
