@@ -108,3 +108,23 @@ def test_compare_refuses_what_is_not_a_run(tmp_path, capsys):
     assert "results.jsonl" in err
     assert main(["compare", FIXTURE, "tests/fixtures/sampling_results.jsonl"]) == 2
     assert "share no prompt" in capsys.readouterr().err
+
+
+def test_long_header_values_are_cut_where_they_differ():
+    from equiv.verdicts.run_compare import setup_differences
+
+    a = {"fingerprints": {"system_info": "CPU : SSE3 = 1 | AVX = 1 | AVX_VNNI = 1 | " + "X" * 80}}
+    b = {"fingerprints": {"system_info": "CPU : SSE3 = 1 | AVX = 1 | " + "X" * 80}}
+    (line,) = setup_differences(a, b)
+    assert line.startswith("fingerprints.system_info: ")
+    assert "AVX_VNNI" in line.split(" -> ")[0]
+    assert "AVX_VNNI" not in line.split(" -> ")[1]
+
+
+def test_equiv_report_of_two_runs_writes_their_comparison(tmp_path, capsys):
+    out = tmp_path / "two.html"
+    assert main(["report", FIXTURE, FIXTURE, "-o", str(out)]) == 0
+    assert f"report: {out}" in capsys.readouterr().out
+    html = out.read_text(encoding="utf-8")
+    assert "What changed from A to B" in html
+    assert "No label, divergence or output changed." in html

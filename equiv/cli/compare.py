@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from equiv.errors import ConfigError
 
-__all__ = ["cmd_compare", "results_path"]
+if TYPE_CHECKING:
+    from equiv.verdicts.run_compare import RunComparison
+
+__all__ = ["cmd_compare", "load_comparison", "results_path"]
 
 EXIT_GATE = 1
 
@@ -27,26 +30,37 @@ def results_path(text: str) -> Path:
     return path
 
 
-def cmd_compare(args: Any) -> int:
-    from rich.console import Console
-    from rich.text import Text
-
+def load_comparison(run_a: str, run_b: str) -> RunComparison:
+    """The comparison of two runs named by their results files or folders; an error naming the
+    run when one holds no results or the two share no prompt."""
     from equiv.records import ResultsFile
-    from equiv.report.summary_json import strict_json
-    from equiv.verdicts.run_compare import Gate, RunRecords, compare_runs
+    from equiv.verdicts.run_compare import RunRecords, compare_runs
 
-    path_a, path_b = results_path(args.run_a), results_path(args.run_b)
-    run_a = RunRecords.from_file(ResultsFile(path_a), name=str(path_a))
-    run_b = RunRecords.from_file(ResultsFile(path_b), name=str(path_b))
-    if not (run_a.results or run_a.analyses) or not (run_b.results or run_b.analyses):
-        empty = path_a if not (run_a.results or run_a.analyses) else path_b
+    path_a, path_b = results_path(run_a), results_path(run_b)
+    records_a = RunRecords.from_file(ResultsFile(path_a), name=str(path_a))
+    records_b = RunRecords.from_file(ResultsFile(path_b), name=str(path_b))
+    if not (records_a.results or records_a.analyses) or not (
+        records_b.results or records_b.analyses
+    ):
+        empty = path_a if not (records_a.results or records_a.analyses) else path_b
         raise ConfigError(f"{str(empty)!r} holds no results yet; finish it with --resume first")
-    comparison = compare_runs(run_a, run_b)
+    comparison = compare_runs(records_a, records_b)
     if comparison.common == 0:
         raise ConfigError(
             f"{str(path_a)!r} and {str(path_b)!r} share no prompt: they are not runs of the "
             "same plan; rerun one with the other's --suite/--prompt/--mode"
         )
+    return comparison
+
+
+def cmd_compare(args: Any) -> int:
+    from rich.console import Console
+    from rich.text import Text
+
+    from equiv.report.summary_json import strict_json
+    from equiv.verdicts.run_compare import Gate
+
+    comparison = load_comparison(args.run_a, args.run_b)
     gate = Gate(args.fail_on)
     failures = comparison.failures(gate)
     human = Console(stderr=True) if args.json else Console(highlight=False)

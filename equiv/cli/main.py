@@ -91,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     report.add_argument("results", metavar="RESULTS.jsonl", help="a run's results file")
     report.add_argument(
+        "other",
+        nargs="?",
+        metavar="RESULTS_B.jsonl",
+        help="a second run of the same plan: write the page comparing the two (equiv compare)",
+    )
+    report.add_argument(
         "-o", "--output", metavar="FILE", help="where to write (default: report.html beside it)"
     )
     report.add_argument(
@@ -300,6 +306,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     results = Path(args.results)
     if not results.is_file():
         raise EquivError(f"results file {str(results)!r} does not exist; pass a results.jsonl")
+    if args.other:  # two runs: their comparison, as equiv compare --html writes it
+        from equiv.cli.compare import load_comparison
+        from equiv.report.compare_view import write_compare_report
+
+        comparison = load_comparison(args.results, args.other)
+        out = Path(args.output) if args.output else results.with_name("compare.html")
+        print(f"report: {write_compare_report(comparison, out)}")
+        return 0
     out = Path(args.output) if args.output else results.with_name("report.html")
     print(f"report: {write_report(results, out, redact=args.redact)}")
     return 0

@@ -280,15 +280,25 @@ def setup_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, 
     fa = _flatten({k: v for k, v in a.items() if k not in _VOLATILE})
     fb = _flatten({k: v for k, v in b.items() if k not in _VOLATILE})
     return tuple(
-        f"{k}: {_short(fa.get(k))} -> {_short(fb.get(k))}"
+        f"{k}: {_change(fa.get(k), fb.get(k))}"
         for k in sorted(set(fa) | set(fb))
         if fa.get(k) != fb.get(k)
     )
 
 
-def _short(value: Any) -> str:
-    text = "(none)" if value is None else str(value)
-    return text if len(text) <= 60 else text[:28] + "..." + text[-28:]
+def _change(a: Any, b: Any, room: int = 60) -> str:
+    """``A -> B``, long values cut to the part where they differ."""
+    ta, tb = ("(none)" if v is None else str(v) for v in (a, b))
+    if max(len(ta), len(tb)) <= room:
+        return f"{ta} -> {tb}"
+    head = next((i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), 0)
+    start = max(head - 10, 0)
+
+    def cut(text: str) -> str:
+        part = text[start : start + room]
+        return ("..." if start else "") + part + ("..." if start + room < len(text) else "")
+
+    return f"{cut(ta)} -> {cut(tb)}"
 
 
 def _figures(record: Mapping[str, Any]) -> tuple[float, ...]:
