@@ -88,6 +88,13 @@ def test_sampling_a_real_drop_is_significant() -> None:
     assert d.high < 0
 
 
+def test_one_seed_is_never_significant_and_intervals_stay_within_100_points() -> None:
+    d = stratified_difference([(0, 1, 1, 1)], margin=0.03)
+    assert d.p_rise == pytest.approx(0.5)  # Fisher exact, where a Wald test would say 0.005
+    assert d.answer is QualityAnswer.UNDECIDED
+    assert (d.low, d.high) == (pytest.approx(0.366, abs=1e-3), 1.0)
+
+
 def test_sampling_few_seeds_are_not_enough() -> None:
     d = stratified_difference([(16, 32, 16, 32)] * 4, margin=0.03)
     assert d.answer is QualityAnswer.UNDECIDED

@@ -21,7 +21,8 @@ seed only makes the interval conservative.
 **Equivalence** (both modes): two one-sided tests (TOST) at level ``alpha`` against a margin
 ``m``: no change larger than ``m`` when the ``1 - 2 alpha`` interval lies inside ``(-m, m)``.
 A drop is *significant* when the one-sided test of "speculative is not worse" rejects at
-``alpha`` (at temp 0: the exact one-sided McNemar test). Power is that of the TOST when the
+``alpha``: at temp 0 the exact one-sided McNemar test, at temp > 0 Fisher's exact one-sided
+test on the pooled counts. Power is that of the TOST when the
 true difference is 0, and "about N would" is the number of prompts (temp 0) or seeds per prompt
 (temp > 0) that brings it to `TARGET_POWER`, scaling the standard error by ``1 / sqrt(N)``.
 """
@@ -250,8 +251,8 @@ def _difference(
     return Difference(
         estimate=estimate,
         se=se,
-        low=estimate - z * se,
-        high=estimate + z * se,
+        low=max(-1.0, estimate - z * se),
+        high=min(1.0, estimate + z * se),
         margin=margin,
         alpha=alpha,
         p_drop=p_drop,
@@ -283,7 +284,10 @@ def stratified_difference(
     strata: Sequence[tuple[int, int, int, int]], *, margin: float, alpha: float = QUALITY_ALPHA
 ) -> Difference:
     """Temp > 0: per prompt ``(baseline passes, baseline n, speculative passes, speculative
-    n)``. The mean per-prompt difference, with Agresti-Caffo variances."""
+    n)``. The mean per-prompt difference, with Agresti-Caffo variances for its interval; the
+    drop and rise tests are Fisher's exact one-sided tests on the pooled counts (every prompt has
+    the same seeds on both paths, so the pools mix the prompts alike; ignoring the strata only
+    makes the test conservative, and exact where the Wald interval is not: few seeds)."""
     strata = [s for s in strata if s[1] > 0 and s[3] > 0]
     if not strata:
         raise ValueError("no prompt has samples on both paths")
@@ -295,7 +299,17 @@ def stratified_difference(
         var += pb * (1 - pb) / (nb + 2) + ps * (1 - ps) / (ns + 2)
     se = math.sqrt(var) / k
     seeds = min(min(nb, ns) for _, nb, _, ns in strata)
-    return _difference(estimate, se, margin, alpha, seeds, "seeds")
+    diff = _difference(estimate, se, margin, alpha, seeds, "seeds")
+    xb, nb, xs, ns = (sum(s[i] for s in strata) for i in range(4))
+    return dataclasses.replace(
+        diff, p_drop=_fisher(xs, ns, xb, nb, "less"), p_rise=_fisher(xs, ns, xb, nb, "greater")
+    )
+
+
+def _fisher(xs: int, ns: int, xb: int, nb: int, alternative: str) -> float:
+    """One-sided Fisher exact p on the pooled counts: speculative ``less`` / ``greater``."""
+    table = [[xs, ns - xs], [xb, nb - xb]]
+    return float(stats.fisher_exact(table, alternative=alternative).pvalue)
 
 
 @dataclass(frozen=True)
