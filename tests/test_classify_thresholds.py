@@ -1,9 +1,10 @@
 """The calibrated temp-0 rule, table-driven on synthetic rows whose drift is known exactly.
 
 Each row below is built so that one threshold decides: the gap between the two tokens at the
-divergence against 2 x the largest top-8 gap movement between single-token and batched rows at
-the other positions. Real models and servers check the same rule in test_classify.py and
-test_rescore_server.py; here every number is chosen, so each boundary can be crossed on purpose.
+divergence against 2 x the largest movement of the gap between the top two candidates, from
+single-token to batched rows, at the other positions. Real models and servers check the same
+rule in test_classify.py and test_rescore_server.py; here every number is chosen, so each
+boundary can be crossed on purpose.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _case(
     return record, base, spec, rescore
 
 
-# gap, movement (largest top-8 gap movement), tail drift, label, words in the reason
+# gap, movement (largest movement of the top-2 gap), tail drift, label, words in the reason
 CASES = [
     # a near-tie: the gap is within 2 x the movement drift gives candidates
     (0.3, 0.2, 0.0, Label.NUMERIC_DRIFT, "near-tie"),

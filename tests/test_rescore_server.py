@@ -20,7 +20,7 @@ from equiv.config import RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.base import rescorer
 from equiv.engines.server.engine import ServerEngine
-from equiv.engines.server.rescore import parse_scoring, scoring_body
+from equiv.engines.server.rescore import BATCH_STRIDE, parse_scoring, scoring_body
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import EngineError
 from equiv.models.pair import cache_dir
@@ -65,14 +65,27 @@ def baseline(config: RunConfig, tmp_path_factory: pytest.TempPathFactory) -> Ite
     engine.close()
 
 
+@pytest.fixture(scope="module")
+def swa_full(config: RunConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEngine]:
+    """A baseline server with ``--swa-full``: no context checkpoints, so a cached prefix is
+    extended by evaluating one token (Gemma 3 uses sliding-window attention)."""
+    settings = ServerSettings(
+        server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("l")), extra_args="--swa-full"
+    )
+    engine = ServerEngine(config, speculative=False, settings=settings)
+    yield engine
+    engine.close()
+
+
 def test_the_server_engine_offers_rescoring(baseline):
     assert baseline.capabilities.rescoring
     assert rescorer(baseline) is baseline
 
 
-def test_single_token_rows_are_the_baselines_own(baseline):
+def test_single_token_rows_are_the_baselines_own(swa_full):
     """Re-scoring the baseline's own tokens one at a time gives back, candidate for candidate,
     the rows its generation reported: the same evaluation, on the same server."""
+    baseline = swa_full
     tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
     gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=16)
     baseline.take_rescore_cost()
@@ -92,17 +105,36 @@ def test_single_token_rows_are_the_baselines_own(baseline):
     assert cost.wall_s > 0
 
 
-def test_batched_rows_are_cold_and_close_to_single_token(baseline):
+def test_with_sliding_window_checkpoints_rows_off_path_are_counted(baseline):
+    """Without --swa-full, llama-server keeps context checkpoints for a sliding-window model and
+    restores one 4 tokens back instead of evaluating one token: the rows are still the target's
+    (within drift of the generation's own) and the cost says how many were not single-token."""
     tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
-    gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=8)
+    gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=12)
+    baseline.take_rescore_cost()
+    rows = baseline.rescore(tokens, gen.tokens, batched=False)
+    cost = baseline.take_rescore_cost()
+    assert cost.rows_off_path == gen.n_tokens - 1  # every row after the cold prompt
+    assert cost.tokens_evaluated > len(tokens) + gen.n_tokens - 1
+    for i, alt in enumerate(gen.alternatives):
+        assert abs(float(rows[i, alt.ids[0]]) - alt.logits[0]) < 0.5
+
+
+def test_batched_rows_come_from_batches_and_stay_close_to_single_token(swa_full):
+    """Interleaved chains: each chain's first row cold, every next one 4 tokens on top of the
+    cached prefix; every row the last of a batch of at least 2 tokens."""
+    baseline = swa_full
+    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=12)
     baseline.take_rescore_cost()
     batched = baseline.rescore(tokens, gen.tokens, batched=True)
     cost = baseline.take_rescore_cost()
     n = gen.n_tokens
+    assert n == 12
     assert cost.requests == n
-    assert cost.tokens_cached == 0
     assert cost.rows_off_path == 0
-    assert cost.tokens_evaluated == sum(len(tokens) + i for i in range(n))
+    # 4 cold prefixes (positions 0-3), then 8 requests of 4 tokens each
+    assert cost.tokens_evaluated == sum(len(tokens) + i for i in range(BATCH_STRIDE)) + 8 * 4
     for i, alt in enumerate(gen.alternatives):
         # the same target: the top candidate's log-probability moves by drift only
         assert abs(float(batched[i, alt.ids[0]]) - alt.logits[0]) < 0.5
@@ -113,17 +145,17 @@ def test_an_answer_for_another_prefix_or_without_probabilities_is_refused(baseli
     answer = baseline.client.post("/completion", scoring_body(tokens, n_probs=8, cached=False))
     url = f"{baseline.url}/completion"
     ids, _logprobs, cost = parse_scoring(
-        answer, url=url, prefix_len=len(tokens), n_probs=8, cached=False, wall_s=0.1
+        answer, url=url, prefix_len=len(tokens), n_probs=8, single=False, wall_s=0.1
     )
     assert len(ids) == 8
     assert math.isclose(cost.wall_s, 0.1)
     with pytest.raises(EngineError, match="answer is for another prefix"):
         parse_scoring(
-            answer, url=url, prefix_len=len(tokens) + 1, n_probs=8, cached=False, wall_s=0.1
+            answer, url=url, prefix_len=len(tokens) + 1, n_probs=8, single=False, wall_s=0.1
         )
     stripped = {k: v for k, v in answer.items() if k != "completion_probabilities"}
     with pytest.raises(EngineError, match="cannot re-score"):
-        parse_scoring(stripped, url=url, prefix_len=len(tokens), n_probs=8, cached=False, wall_s=0)
+        parse_scoring(stripped, url=url, prefix_len=len(tokens), n_probs=8, single=False, wall_s=0)
 
 
 def test_temp0_against_llama_server_labels_every_divergence(config, tmp_path):

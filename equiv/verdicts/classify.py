@@ -12,7 +12,8 @@ speculative path). The target is evaluated over the baseline's first max(d + 1, 
 token at a time (S: the baseline's own rows, or re-scored) and in one batch (B, re-scored), as
 plain decoding and draft verification evaluate it. At every one of those positions j except d,
 drift moved the gaps between plausible candidates by ``M_j = max_c |(S_j[t] - S_j[c]) - (B_j[t]
-- B_j[c])|`` (t the top token of S_j, c its other top-8 candidates); the *calibrated bound* is
+- B_j[c])|`` (t the top token of S_j, c its runner-up: a drift flip is the runner-up overtaking
+the top token, so that is the gap whose movement matters); the *calibrated bound* is
 2 x max_j M_j (`DriftBound`; not the whole row's largest difference, which sits in the tail of a
 large vocabulary and says nothing about the two tokens in question):
 
@@ -73,11 +74,12 @@ __all__ = [
 MIN_POWER = 0.8
 KL_NOT_TARGET = 0.1
 OWN_ARGMAX_TOL = 1e-4
-# The calibrated temp-0 bound (`DriftBound`): plausible candidates are the single-token row's top
-# GAP_CANDIDATES; the baseline's first CALIBRATION_POSITIONS tokens (at least) are re-scored
-# batched; the bound is DRIFT_SAFETY x the largest gap movement seen, from MIN_CALIBRATION
-# positions up.
-GAP_CANDIDATES = 8
+# The calibrated temp-0 bound (`DriftBound`): the gaps between the single-token row's top
+# GAP_CANDIDATES (2: the top token and its runner-up; on the default pair the top-8 gaps move
+# 1.5-2x as far, and the whole row's largest difference 4-8x, `benchmarks/temp0_rule.py`); the
+# baseline's first CALIBRATION_POSITIONS tokens (at least) are re-scored batched; the bound is
+# DRIFT_SAFETY x the largest movement seen, from MIN_CALIBRATION positions up.
+GAP_CANDIDATES = 2
 CALIBRATION_POSITIONS = 32
 DRIFT_SAFETY = 2.0
 MIN_CALIBRATION = 4
@@ -345,7 +347,7 @@ def _rows_evidence(
 
     def top(row: npt.NDArray[np.float64]) -> list[list[float]]:
         finite = np.flatnonzero(np.isfinite(row))
-        order = finite[np.argsort(-row[finite], kind="stable")][:GAP_CANDIDATES]
+        order = finite[np.argsort(-row[finite], kind="stable")][:8]
         ids = [*order.tolist(), *(t for t in (a, b) if t not in order and np.isfinite(row[t]))]
         return [[int(t), round(float(row[t]), 5)] for t in ids]
 
@@ -370,8 +372,9 @@ class DriftBound:
 
     def describe(self) -> str:
         return (
-            f"{DRIFT_SAFETY:g} x the largest of {self.positions} top-{GAP_CANDIDATES} gap "
-            f"movements between single-token and batched rows, median {self.median_movement:.4f}"
+            f"{DRIFT_SAFETY:g} x the largest of {self.positions} movements of the gap between the "
+            f"top {GAP_CANDIDATES} candidates from single-token to batched rows, median "
+            f"{self.median_movement:.4f}"
         )
 
     def to_dict(self) -> dict[str, Any]:

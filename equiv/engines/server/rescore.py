@@ -10,8 +10,17 @@ evaluated that row is chosen by the prompt cache and checked in the answer's ``t
   evaluates it; position i > 0 sends prompt + tokens[:i] with ``cache_prompt: true`` right after
   position i - 1, so the server finds all but the last token in its KV cache and evaluates one
   token (``timings.prompt_n == 1``). One server evaluation of one token per position.
-- **batched** (as draft verification): every position is sent cold (``cache_prompt: false``), so
-  its row is the last row of a multi-token batch (``timings.cache_n == 0``).
+- **batched** (as draft verification): the positions are walked in `BATCH_STRIDE` interleaved
+  chains (0, 4, 8, ...; 1, 5, 9, ...): the first of each chain is sent cold, every next one
+  extends the cached prefix by `BATCH_STRIDE` tokens, so each row is the last of a batch of at
+  least that many tokens on a cached prefix, the shape of verifying a few drafts
+  (``timings.prompt_n >= 2``). Sending every position cold (also a batch) costs the whole prefix
+  per row: 5-6x the tokens on the default suite.
+
+A sliding-window model (Gemma 3) served without ``--swa-full`` keeps context checkpoints, and
+llama-server restores one 4 tokens back instead of extending a cached prefix by one token: such
+"single-token" rows come from a 5-token batch. They are still the target's rows, counted in
+`RescoreCost.rows_off_path`; ``--server-args --swa-full`` (both servers) makes them single-token.
 
 Every answer is checked against the request: ``tokens_evaluated`` must be the prefix's length
 (else the answer is for another prompt), the candidates must be real (K of them, probabilities
@@ -36,7 +45,9 @@ import numpy.typing as npt
 from equiv.engines.server.http import JsonClient
 from equiv.errors import EngineError
 
-__all__ = ["LlamaRescorer", "RescoreCost", "scoring_body"]
+__all__ = ["BATCH_STRIDE", "LlamaRescorer", "RescoreCost", "scoring_body"]
+
+BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its cached prefix
 
 
 @dataclass(frozen=True)
@@ -122,16 +133,27 @@ class LlamaRescorer:
             raise EngineError("re-scoring needs at least one prompt token")
         rows = np.full((len(tokens), self.n_vocab), -np.inf, dtype=np.float32)
         prompt = [int(t) for t in prompt_tokens]
-        for i in range(len(tokens)):
+        n = len(tokens)
+        if batched:  # interleaved chains, each extending its cached prefix by BATCH_STRIDE
+            order = [
+                (i, i >= BATCH_STRIDE)
+                for r in range(BATCH_STRIDE)
+                for i in range(r, n, BATCH_STRIDE)
+            ]
+        else:  # the prompt cold, then one token at a time on the cached prefix
+            order = [(i, i > 0) for i in range(n)]
+        for i, cached in order:
             prefix = prompt + [int(t) for t in tokens[:i]]
-            cached = not batched and i > 0
-            ids, logprobs = self.score(prefix, cached=cached)
+            single = cached and not batched
+            ids, logprobs = self.score(prefix, cached=cached, single=single)
             rows[i, ids] = logprobs
         return rows
 
-    def score(self, prefix: Sequence[int], *, cached: bool) -> tuple[list[int], list[float]]:
-        """The top candidates of the row after ``prefix``: ``cached`` asks for a single-token
-        evaluation on top of the cached prefix, else a cold (batched) one."""
+    def score(
+        self, prefix: Sequence[int], *, cached: bool, single: bool = False
+    ) -> tuple[list[int], list[float]]:
+        """The top candidates of the row after ``prefix``: ``cached`` lets the server reuse its
+        cached prefix; ``single`` says one token should be evaluated (else at least two)."""
         url = f"{self.client.base_url}/completion"
         started = time.perf_counter()
         answer = self.client.post(
@@ -140,7 +162,7 @@ class LlamaRescorer:
         wall = time.perf_counter() - started
         ids, logprobs, cost = parse_scoring(
             answer, url=url, prefix_len=len(prefix), n_probs=min(self.n_probs, self.n_vocab),
-            cached=cached, wall_s=wall,
+            single=single, wall_s=wall,
         )  # fmt: skip
         self._add(cost)
         bad = [i for i in ids if not 0 <= i < self.n_vocab]
@@ -153,7 +175,7 @@ class LlamaRescorer:
 
 
 def parse_scoring(
-    data: Any, *, url: str, prefix_len: int, n_probs: int, cached: bool, wall_s: float
+    data: Any, *, url: str, prefix_len: int, n_probs: int, single: bool, wall_s: float
 ) -> tuple[list[int], list[float], RescoreCost]:
     """Candidates and cost of one scoring answer, checked against the request."""
     if not isinstance(data, dict):
@@ -185,7 +207,7 @@ def parse_scoring(
     timings: dict[str, Any] = raw if isinstance(raw, dict) else {}
     prompt_n = int(timings.get("prompt_n", -1))
     cache_n = int(timings.get("cache_n", 0))
-    on_path = prompt_n == 1 if cached else cache_n == 0
+    on_path = prompt_n == 1 if single else prompt_n != 1  # a cold 1-token prompt is fine too
     cost = RescoreCost(
         requests=1,
         rows=1,
