@@ -401,7 +401,7 @@ def _explain(
 def pytest_report_teststatus(
     report: pytest.TestReport, config: pytest.Config
 ) -> tuple[str, str, tuple[str, Mapping[str, bool]]] | None:
-    if report.nodeid == SESSION_ITEM and report.failed:  # after the progress line: no letter
+    if report.nodeid == SESSION_ITEM and report.failed:  # no progress letter after [100%]
         return "failed", "", ("FAILED", {"red": True})
     checks = getattr(report, _CHECKS_ATTR, None) or ()
     labels = sorted({c["verdict"]["label"] for c in checks} - {"equivalent"})
@@ -474,6 +474,11 @@ def _report_session_failure(session: pytest.Session, problems: Sequence[str]) ->
     reports any test (set-up, call, teardown), so that the summary line, the exit status and
     the junit counts all say the session failed, with the reason as its failure message."""
     hook, location = session.config.hook, ("equiv", None, SESSION_ITEM)
+    # One more test than collected: counted, so progress stays at 100 %, on a line of its own.
+    session.testscollected += 1
+    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+    if terminal is not None:
+        terminal.ensure_newline()
     text = "\n".join(f"equiv fails the session: {p}" for p in problems)
     properties = [("equiv_session_failure", p) for p in problems]
     for when, outcome in (("setup", "passed"), ("call", "failed"), ("teardown", "passed")):
@@ -484,7 +489,7 @@ def _report_session_failure(session: pytest.Session, problems: Sequence[str]) ->
             outcome,  # type: ignore[arg-type]
             text if outcome == "failed" else None,
             when,  # type: ignore[arg-type]
-            user_properties=properties if outcome == "failed" else [],
+            user_properties=properties,  # junit reads a case's properties at its teardown
         )
         hook.pytest_runtest_logreport(report=report)
 

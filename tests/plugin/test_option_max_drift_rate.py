@@ -44,13 +44,17 @@ def test_the_session_fails_exactly_when_drift_exceeds_the_rate(project):
         assert (suite.get("tests"), suite.get("failures")) == ("3", "0")
 
 
-def test_verbose_names_the_failed_session_once(project):
+@pytest.mark.parametrize("verbosity", [[], ["-v"]])
+def test_the_failed_session_is_named_once_and_not_drawn_as_progress(project, verbosity):
     result = project.pytester.runpytest(
-        *project.args, "-v", f"{FAIL_ON_OPTION}=", MAX_DRIFT_RATE_OPTION, "0"
+        *project.args, *verbosity, f"{FAIL_ON_OPTION}=", MAX_DRIFT_RATE_OPTION, "0"
     )
     if "numeric-drift" not in result.stdout.str():  # pragma: no cover - classifier's call
         pytest.skip("the fake divergence was not called numeric-drift")
-    assert result.stdout.str().count(f"{SESSION_ITEM} FAILED") == 1
+    out = result.stdout.str()
+    assert out.count(f"FAILED {SESSION_ITEM}") == 1
+    assert "[133%]" not in out  # 3 collected items and this one: progress ends at 100 %
+    assert f"_ {SESSION_ITEM} _" in out  # its own entry under FAILURES
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
