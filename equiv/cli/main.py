@@ -142,8 +142,8 @@ def _parser() -> argparse.ArgumentParser:
         "diagnose",
         "check a llama.cpp command line (after --)",
         "Maps your llama-cli / llama-server flags to an equiv run, lists what looks wrong, "
-        "then runs it. Example: equiv diagnose -- llama-server -m t.gguf -md d.gguf -c 4096",
-        talk,
+        "then runs it. Example: equiv diagnose -- llama-server -m t.gguf -md d.gguf -c 4096. "
+        "Two deployments: equiv diagnose -- BASELINE_CMD -- SPECULATIVE_CMD",
     )
     diag.add_argument("--dry-run", action="store_true", help="only parse, map and list findings")
     diag.add_argument("--prompt", action="append", metavar="GLOB", help="prompts (default: 6)")
