@@ -74,7 +74,7 @@ def sample_pool(
     path = tmp / f"{engine.replace(':', '_')}.jsonl"
     with Runner(config, load_factory(engine), path, controls=False) as runner:
         runner.run(plan(prompts, config))
-        return runner.results.results()
+        return [r.to_dict() for r in runner.results.read().results]
 
 
 def black_box(pool: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

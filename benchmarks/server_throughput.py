@@ -42,8 +42,8 @@ def throughput(config: RunConfig, server_bin: str, in_flight: int, tmp: Path) ->
         started = time.perf_counter()
         runner.run(plan(prompts, config))
         wall = time.perf_counter() - started
-    results = ResultsFile(path).results()
-    tokens = sum(len(r[p]["tokens"]) for r in results for p in ("baseline", "speculative"))
+    results = ResultsFile(path).read().results
+    tokens = sum(r.baseline.n_tokens + r.speculative.n_tokens for r in results)
     return (
         f"| {in_flight} | {len(results)} | {2 * len(results) / wall:.2f} | "
         f"{tokens / wall:.1f} | {wall:.1f} s |"

@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import hashlib
 import json
+import math
 import numbers
 import os
 import sys
@@ -82,8 +83,25 @@ def validate_sampling(
     """Raise `ConfigError` naming the first sampling parameter outside its valid range.
 
     Valid: ``temp >= 0`` (0 is greedy), ``top_k >= 0`` (0 disables), ``0 < top_p <= 1``,
-    ``0 <= min_p <= 1``, ``0 < typical_p <= 1``, ``repeat_penalty > 0``. NaN is never valid.
+    ``0 <= min_p <= 1``, ``0 < typical_p <= 1``, ``repeat_penalty > 0``. NaN and infinity are
+    never valid (a results file is standard JSON, which has neither), nor is a value that is not
+    a number.
     """
+    values = {
+        "temp": temp,
+        "top_p": top_p,
+        "min_p": min_p,
+        "typical_p": typical_p,
+        "repeat_penalty": repeat_penalty,
+    }
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ConfigError(f"{name}={value!r} is not a number; pass a number such as 0.8")
+        if not math.isfinite(value):
+            raise ConfigError(
+                f"{name}={value!r} is not a finite number; pass a number such as "
+                f"{'0.8' if name == 'temp' else '0.95' if name == 'top_p' else '1.0'}"
+            )
     if not temp >= 0.0:
         raise ConfigError(
             f"temp={temp!r} is negative or NaN; pass 0 for greedy decoding "

@@ -5,20 +5,30 @@
     ├── ModelError              a model file that cannot be used (exit 3)
     │   └── VocabMismatchError  draft and target cannot share token IDs (exit 4)
     ├── PromptError             a prompt suite or prompt that cannot be run (exit 5)
-    └── EngineError             an engine failed while generating (exit 6)
+    ├── EngineError             an engine failed while generating (exit 6)
+    └── ResultsError            a results file that cannot be read or written (exit 7)
+        ├── ResultsLockedError  another equiv process is using the results (exit 8)
+        └── DiskFullError       no space left to write results; finished ones kept (exit 9)
 
 Every message names the offending value and the way out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 __all__ = [
     "ConfigError",
+    "DiskFullError",
     "EngineError",
     "EquivError",
     "ModelError",
     "PromptError",
+    "ResultsError",
+    "ResultsLockedError",
     "VocabMismatchError",
+    "describe",
 ]
 
 
@@ -56,3 +66,39 @@ class EngineError(EquivError):
     """An engine failed while generating."""
 
     exit_code = 6
+
+
+class ResultsError(EquivError):
+    """A results file is not one (no header, a newer schema), or cannot be written."""
+
+    exit_code = 7
+
+
+class ResultsLockedError(ResultsError):
+    """Another equiv process holds the results directory (its PID is named)."""
+
+    exit_code = 8
+
+
+class DiskFullError(ResultsError):
+    """No space left while appending to the results file; the file is left whole."""
+
+    exit_code = 9
+
+
+def describe(value: Any) -> str:
+    """A value found where another was expected, in words: ``the string '4'``, ``null``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {'true' if value else 'false'}"
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        text = value if len(value) <= 40 else value[:37] + "..."
+        return f"the string {text!r}"
+    if isinstance(value, list | tuple):
+        return f"a list of {len(value)}"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"

@@ -8,6 +8,7 @@ into a `RunConfig`, resolving the model pair.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +22,9 @@ from equiv.config import (
     RunConfig,
     SamplingConfig,
     load_toml,
+    validate_sampling,
 )
-from equiv.errors import ConfigError
+from equiv.errors import ConfigError, describe
 
 if TYPE_CHECKING:
     from equiv.models.pair import ModelPair
@@ -388,6 +390,9 @@ def merge_toml(
     unknown = sorted(set(toml) - known - {o.dest for o in PLUGIN_OPTIONS})
     if unknown:
         raise ConfigError(f"unknown option(s) in {values['config']!r}: {', '.join(unknown)}")
+    by_dest = {o.dest: o for o in (*RUN_OPTIONS, *PLUGIN_OPTIONS)}
+    for key, value in toml.items():
+        toml[key] = _toml_value(by_dest[key], key, value, values["config"])
     for opt in options:
         value = values.get(opt.dest)
         if value is None:
@@ -400,6 +405,61 @@ def merge_toml(
             value = [*_split_list(toml.get("spec")), *value]
         merged[opt.dest] = value
     return merged
+
+
+#: The TOML type each option's argparse converter expects: "integer", "number" or "string".
+_KINDS: dict[Callable[[str], Any], str] = {
+    int: "integer",
+    _seeds: "integer",
+    _concurrency: "integer",
+    float: "number",
+    _rate: "number",
+    str: "string",
+}
+
+
+def _toml_value(opt: Option, key: str, value: Any, path: str) -> Any:
+    """A TOML value checked against its option's type, as the command line would check it; a
+    wrong one names the key, the type expected and the value found."""
+    where = f"config file {path!r}: {key}"
+
+    def wrong(expected: str) -> ConfigError:
+        example = f" (e.g. {key} = {opt.default!r})" if opt.default is not None else ""
+        example = example.replace("'", '"')
+        return ConfigError(f"{where} must be {expected}{example}, found {describe(value)}")
+
+    if opt.flag:
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if opt.multiple:
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(item, str) for item in items):
+            raise wrong("a string or a list of strings")
+        return value
+    kind = _KINDS.get(opt.type, "string")
+    if kind == "integer":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        expected = "an integer"
+    elif kind == "number":
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = ok and math.isfinite(value)
+        expected = "a finite number"
+    else:
+        ok = isinstance(value, str)
+        expected = "a string"
+    if not ok:
+        raise wrong(expected)
+    if opt.choices is not None and value not in opt.choices:
+        raise ConfigError(
+            f"{where} must be one of {', '.join(opt.choices)}, found {describe(value)}"
+        )
+    if opt.type not in (int, float, str):
+        try:
+            opt.type(str(value))  # the range checks of the command line
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return value
 
 
 #: TOML spellings of the speculative path's own settings, beside ``spec = ["n_ctx=1024"]``.
@@ -494,6 +554,16 @@ def build_config(
     """A `RunConfig` from merged option values; resolves (and if needed derives) the models.
     ``workdir``: the run's results directory (an engine may keep its logs there)."""
     v = merge_toml(values)
+    # Every sampling value is checked whatever the mode (temp 0 ignores them, but a value no
+    # run could use is a mistake to point out), before any model file is read.
+    validate_sampling(
+        temp=v["temp"],
+        top_k=v["top_k"],
+        top_p=v["top_p"],
+        min_p=v["min_p"],
+        typical_p=1.0,
+        repeat_penalty=v["repeat_penalty"],
+    )
     from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
 
     pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"])

@@ -6,6 +6,7 @@ A suite is named after its file stem (``code`` for ``prompts/code.jsonl``); a pr
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -54,6 +55,18 @@ class Prompt:
         assert self.messages is not None
         return "\n".join(f"[{role}] {content}" for role, content in self.messages)
 
+    @property
+    def content_hash(self) -> str:
+        """sha256 of what the engines see of this prompt (its text or messages, and its
+        max_tokens): a results file records it, and ``--resume`` refuses a prompt that changed."""
+        content = {
+            "text": self.text,
+            "messages": None if self.messages is None else [list(m) for m in self.messages],
+            "max_tokens": self.max_tokens,
+        }
+        blob = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
+
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"suite": self.suite, "id": self.id, "max_tokens": self.max_tokens}
         if self.text is not None:
@@ -81,11 +94,18 @@ class Prompt:
             if not isinstance(messages, list) or not messages:
                 raise PromptError(f"{where}: 'messages' must be a non-empty list")
             parsed = []
-            for m in messages:
-                if not isinstance(m, dict) or m.get("role") not in _ROLES:
-                    raise PromptError(f"{where}: each message needs a role in {sorted(_ROLES)}")
+            roles = ", ".join(sorted(_ROLES))
+            for i, m in enumerate(messages, 1):
+                if not isinstance(m, dict):
+                    raise PromptError(f"{where}: message {i} must be an object, got {m!r}")
+                if "role" not in m:
+                    raise PromptError(f"{where}: message {i} has no role; give one of {roles}")
+                if m["role"] not in _ROLES:
+                    raise PromptError(
+                        f"{where}: message {i} has role {m['role']!r}, which is not one of {roles}"
+                    )
                 if not isinstance(m.get("content"), str):
-                    raise PromptError(f"{where}: message content must be a string, got {m!r}")
+                    raise PromptError(f"{where}: message {i} content must be a string, got {m!r}")
                 parsed.append((str(m["role"]), str(m["content"])))
             msgs = tuple(parsed)
         max_tokens = data.get("max_tokens", DEFAULT_MAX_TOKENS)
@@ -95,7 +115,7 @@ class Prompt:
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise PromptError(f"{where}: tags must be a list of strings, got {tags!r}")
         return cls(
-            suite=suite or str(data["suite"]),
+            suite=suite or str(data.get("suite") or ""),
             id=pid,
             text=text,
             messages=msgs,
@@ -135,11 +155,20 @@ def _load_file(path: Path) -> list[Prompt]:
     suite = path.stem
     prompts: list[Prompt] = []
     seen: set[str] = set()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
+    raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise PromptError(
-            f"suite {str(path)!r} is not UTF-8 ({exc}); re-save it as UTF-8"
+            f"suite {str(path)!r} is UTF-16 (it starts with a UTF-16 byte order mark); "
+            "re-save it as UTF-8"
+        )
+    try:
+        # A UTF-8 byte order mark (as some editors write) is read and dropped.
+        # Lines end at "\n" only: a JSON string may hold U+2028 or U+0085 as they are.
+        lines = raw.decode("utf-8-sig").split("\n")
+    except UnicodeDecodeError as exc:
+        at = raw[: exc.start].count(b"\n") + 1
+        raise PromptError(
+            f"{path}:{at}: not UTF-8 (byte 0x{raw[exc.start]:02x}); re-save the suite as UTF-8"
         ) from None
     for lineno, line in enumerate(lines, 1):
         if not line.strip():

@@ -1,9 +1,12 @@
 """equiv.pytest.session: the fail/warn policy, session-level problems, plain-data round trips."""
 
+from pathlib import Path
+
 import pytest
 
 from equiv.errors import ConfigError
 from equiv.pytest.session import Check, Policy, describe, problems
+from equiv.records import EventRecord, ResultsFile
 from equiv.verdicts.labels import Label, Verdict
 
 EQ = Verdict(Label.EQUIVALENT, "token IDs identical")
@@ -11,8 +14,14 @@ DRIFT = Verdict(Label.NUMERIC_DRIFT, "near tie", {"margin": 0.01, "rows": [1, 2]
 BUG = Verdict(Label.SAMPLER_BUG, "not its own argmax")
 
 
-def _check(verdict, *, events=()):
-    record = {"comparison": {"identical": verdict.equivalent, "divergence": None}, "prompt": {}}
+FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+
+
+def _check(verdict, *, events=(), identical=None):
+    """A check of a real record (from a recorded run) whose outputs are identical or not."""
+    same = verdict.equivalent if identical is None else identical
+    contents = ResultsFile(FIXTURE).read()
+    record = next(r for r in contents.results if r.comparison.identical is same)
     return Check(
         key="s/p::temp0",
         mode="temp0",
@@ -20,8 +29,8 @@ def _check(verdict, *, events=()):
         verdict=verdict,
         record=record,
         records=(record,),
-        header={"kind": "header"},
-        extras=tuple({"kind": "event", **e} for e in events),
+        header=contents.header,
+        extras=tuple(EventRecord.from_dict(e) for e in events),
     )
 
 
@@ -63,15 +72,25 @@ def test_problems_name_failed_controls_and_a_drift_rate_above_the_limit():
 
 
 def test_a_check_survives_plain_data_and_reads_back_equal():
-    check = _check(DRIFT, events=[{"event": "determinism", "ok": True, "detail": "ok"}])
+    check = _check(
+        DRIFT, events=[{"event": "determinism", "ok": True, "detail": "ok"}], identical=True
+    )
     assert Check.from_dict(check.to_dict()) == check
-    assert check.events == [{"kind": "event", "event": "determinism", "ok": True, "detail": "ok"}]
+    assert check.events == [EventRecord("determinism", "ok", ok=True)]
     assert not check.equivalent
-    assert repr(check) == "<equiv s/p::temp0: numeric-drift: near tie>"
+    assert repr(check) == "<equiv s/p::temp0: numeric-drift (evidence: str(check))>"
 
 
 def test_describe_shows_scalar_evidence_only():
-    assert describe(DRIFT, _check(DRIFT).record) == [
+    assert describe(DRIFT, _check(DRIFT, identical=True).record) == [
         "numeric-drift: near tie",
         "  evidence: margin=0.01",
     ]
+
+
+def test_describe_names_the_first_divergence_of_a_real_record():
+    lines = describe(DRIFT, _check(DRIFT).record)
+    assert lines[1].startswith("  first divergence at token ")
+    assert lines[2].startswith("    baseline ")
+    assert lines[3].startswith("    speculative ")
+    assert "shared rows max |delta logit|" in lines[4]

@@ -27,8 +27,9 @@ def _prompts(keys):
 def _run(config, engine, tmp_path, keys):
     with Runner(config, load_factory(engine), tmp_path / "results.jsonl") as runner:
         runner.run(plan(_prompts(keys), config))
-    results = ResultsFile(tmp_path / "results.jsonl")
-    return results.header(), results.results()
+    contents = ResultsFile(tmp_path / "results.jsonl").read()
+    assert contents.header is not None
+    return contents.header.to_dict(), [r.to_dict() for r in contents.results]
 
 
 def test_llama_cpp_speculative_divergences_are_numeric_drift(temp0_config, tmp_path):

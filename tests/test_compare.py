@@ -28,7 +28,7 @@ def test_identical_generations_compare_equal_with_zero_drift():
     assert result.divergence is None
     assert result.edit_distance == 0
     assert result.drift is not None
-    assert result.drift.max_abs_delta_logit == 0.0
+    assert result.drift.max_abs_logit_delta == 0.0
     assert result.drift.top1_agreement == 1.0
 
 
@@ -58,9 +58,9 @@ def test_drift_kl_is_positive_when_rows_differ():
     a = np.array([[2.0, 0.0, -1.0]], dtype=np.float32)
     b = np.array([[0.0, 2.0, -1.0]], dtype=np.float32)
     d = drift(a, b)
-    assert d.mean_kl > 0.1
+    assert d.kl_mean > 0.1
     assert d.top1_agreement == 0.0
-    assert d.max_abs_delta_logit == pytest.approx(2.0)
+    assert d.max_abs_logit_delta == pytest.approx(2.0)
 
 
 def test_generation_that_stops_early_diverges_at_its_end():

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from equiv.config import DraftConfig, Mode, ModelSpec, RunConfig, SamplingConfig
@@ -59,3 +61,67 @@ def test_self_draft_is_detected(tmp_path):
     spec = ModelSpec(str(model))
     assert RunConfig(target=spec, draft=ModelSpec(str(tmp_path / "." / "m.gguf"))).self_draft
     assert not RunConfig(**PAIR).self_draft
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+@pytest.mark.parametrize("name", ["temp", "top_p", "min_p", "typical_p", "repeat_penalty"])
+def test_sampling_values_that_are_not_finite_are_named(name, value):
+    with pytest.raises(ConfigError, match=f"{name}={value!r} is not a finite number"):
+        SamplingConfig(**{name: value})
+
+
+def test_sampling_values_that_are_not_numbers_are_named():
+    with pytest.raises(ConfigError, match="temp='hot' is not a number"):
+        SamplingConfig(temp="hot")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="top_p=True is not a number"):
+        SamplingConfig(top_p=True)
+
+
+# -- TOML configs: each value checked against its option's type ---------------------------------
+
+
+def _toml(tmp_path, text):
+    from equiv.options import merge_toml
+
+    path = tmp_path / "equiv.toml"
+    path.write_text(text, encoding="utf-8")
+    return merge_toml({"config": str(path)})
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('max_tokens = "4"', "max_tokens must be an integer, found the string '4'"),
+        ('temp = "hot"', "temp must be a finite number (e.g. temp = 0.8), found the string"),
+        ("temp = inf", "temp must be a finite number (e.g. temp = 0.8), found the number inf"),
+        ("n_ctx = 2048.5", "n_ctx must be an integer (e.g. n_ctx = 2048), found the number"),
+        ("flash_attn = 1", "flash_attn must be true or false, found the number 1"),
+        ("suite = 3", "suite must be a string or a list of strings, found the number 3"),
+        ('suite = ["code", 3]', "suite must be a string or a list of strings, found a list"),
+        ("engine = 5", 'engine must be a string (e.g. engine = "llamacpp"), found the number'),
+        ('mode = "greedy"', "mode must be one of temp0, sampling, found the string 'greedy'"),
+        ("seeds = 0", "seeds: --seeds 0: give a count >= 1"),
+        ("max_tokens = true", "max_tokens must be an integer, found the boolean true"),
+        ("[suite]\nx = 1", "suite must be a string or a list of strings, found an object"),
+    ],
+)
+def test_a_toml_value_of_the_wrong_type_names_key_type_and_value(tmp_path, line, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _toml(tmp_path, line)
+
+
+def test_toml_values_of_the_right_types_are_taken(tmp_path):
+    values = _toml(tmp_path, 'max_tokens = 4\ntemp = 1\nflash_attn = true\nsuite = "code"\n')
+    assert (values["max_tokens"], values["temp"], values["flash_attn"]) == (4, 1, True)
+    assert values["suite"] == ["code"]
+
+
+def test_a_toml_config_of_the_wrong_type_is_an_error_without_traceback(tmp_path, capsys):
+    from equiv.cli.main import main
+
+    path = tmp_path / "equiv.toml"
+    path.write_text('max_tokens = "4"\n', encoding="utf-8")
+    assert main(["run", "--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "max_tokens must be an integer" in err
+    assert "Traceback" not in err

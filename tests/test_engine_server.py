@@ -375,8 +375,8 @@ def test_the_runner_keeps_up_to_the_concurrency_prompts_in_flight(tiny_config, f
         assert runner.in_flight == 3
         runner.run(plan(SEED_PLAN, runner.config))
     results = ResultsFile(tmp_path / "r.jsonl").results()
-    assert sorted(r["seed"] for r in results) == list(range(1, 9))
-    assert all(r["baseline"]["tokens"] == [r["seed"]] for r in results)
+    assert sorted(r.seed for r in results) == list(range(1, 9))
+    assert all(r.baseline.tokens == (r.seed,) for r in results)
     assert fake.max_in_flight == 3
 
 
@@ -390,9 +390,9 @@ def test_the_first_prompt_and_the_determinism_control_run_alone(tiny_config, fak
     seeds = [body["seed"] for path, body in fake.calls if path == "/completion" and "seed" in body]
     assert seeds[:3] == [1, 1, 1]  # baseline, speculative, the baseline again
     assert sorted(seeds[3:]) == sorted([*range(2, 9), *range(2, 9)])
-    (event,) = [e for e in ResultsFile(tmp_path / "r.jsonl").records() if e["kind"] == "event"]
-    assert event["event"] == "determinism"
-    assert event["ok"] is True
+    (event,) = ResultsFile(tmp_path / "r.jsonl").events()
+    assert event.event == "determinism"
+    assert event.ok is True
 
 
 @pytest.mark.parametrize(
@@ -426,7 +426,7 @@ def test_a_failure_in_flight_keeps_every_answered_prompt_and_resume_ends_it(
         pytest.raises(EngineError, match="HTTP 500: boom"),
     ):
         runner.run(plan(SEED_PLAN, runner.config))
-    kept = {r["seed"] for r in ResultsFile(path).results()}
+    kept = {r.seed for r in ResultsFile(path).results()}
     # seeds 1-4 were answered before seed 5 failed; the one in flight beside it is kept too, and
     # nothing was sent after the failure
     assert {1, 2, 3, 4} <= kept <= {1, 2, 3, 4, 6}

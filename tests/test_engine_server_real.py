@@ -138,8 +138,8 @@ def test_the_runner_keeps_requests_in_flight(served, server_config, tmp_path):
         runner.run(plan(_prompts(PROMPTS[:1]), config))
     results = ResultsFile(tmp_path / "r.jsonl").results()
     rate = 2 * len(results) / (time.perf_counter() - started)
-    assert sorted(r["seed"] for r in results) == list(range(1, 9))
-    assert all(r["baseline"]["tokens"] and r["speculative"]["tokens"] for r in results)
+    assert sorted(r.seed for r in results) == list(range(1, 9))
+    assert all(r.baseline.tokens and r.speculative.tokens for r in results)
     print(f"{rate:.2f} requests/s with 4 prompts in flight")
 
 

@@ -44,8 +44,10 @@ def test_minimize_text_by_lines_then_words() -> None:
 
 def test_minimize_refuses_an_identical_result(tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
-    header = {"kind": "header", "config": {}}
-    record = {"kind": "result", "key": "code/a::temp0", "comparison": {"identical": True}}
+    fixture = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+    header, *lines = (json.loads(line) for line in fixture.read_text().splitlines())
+    record = next(r for r in lines if r["kind"] == "result" and r["comparison"]["identical"])
+    record = {**record, "key": "code/a::temp0"}
     results.write_text("\n".join(json.dumps(r) for r in (header, record)) + "\n")
     with pytest.raises(ConfigError, match="did not diverge"):
         minimize_file(results, "code/a::temp0")

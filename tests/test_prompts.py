@@ -74,3 +74,45 @@ def test_duplicate_ids_are_refused(tmp_path):
 def test_prompt_round_trips_through_dict():
     prompt = Prompt(suite="s", id="a", messages=(("user", "hi"),), max_tokens=3, tags=("t",))
     assert Prompt.from_dict(prompt.to_dict()) == prompt
+
+
+def test_a_suite_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "text": "hi"}).encode() + b"\n")
+    (prompt,) = load_suites([str(path)])
+    assert (prompt.key, prompt.text) == ("mine/a", "hi")
+
+
+def test_a_utf16_suite_or_a_non_utf8_byte_gets_equivs_own_hint(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps({"id": "a", "text": "hi"}) + "\n", encoding="utf-16")
+    with pytest.raises(PromptError, match=r"is UTF-16 .* re-save it as UTF-8"):
+        load_suites([str(path)])
+    path.write_bytes(b'{"id": "a", "text": "hi"}\n{"id": "b", "text": "h\xe9"}\n')
+    with pytest.raises(PromptError, match=r"mine.jsonl:2: not UTF-8 \(byte 0xe9\)"):
+        load_suites([str(path)])
+
+
+def test_an_unknown_role_is_named(tmp_path):
+    line = json.dumps({"id": "a", "messages": [{"role": "user", "content": "x"}, {"role": "bot"}]})
+    with pytest.raises(PromptError, match="message 2 has role 'bot', which is not one of"):
+        load_suites([str(_write(tmp_path, line))])
+    line = json.dumps({"id": "a", "messages": [{"content": "x"}]})
+    with pytest.raises(PromptError, match="message 1 has no role; give one of assistant"):
+        load_suites([str(_write(tmp_path, line))])
+
+
+def test_a_line_separator_inside_a_json_string_does_not_split_the_line(tmp_path):
+    line = json.dumps({"id": "a", "text": "one\u2028two\x85three"}, ensure_ascii=False)
+    (prompt,) = load_suites([str(_write(tmp_path, line))])
+    assert prompt.text == "one\u2028two\x85three"
+
+
+def test_the_content_hash_follows_what_the_engines_see():
+    prompt = Prompt(suite="s", id="a", text="hi", max_tokens=3, tags=("t",))
+    same = Prompt(suite="other", id="b", text="hi", max_tokens=3)
+    assert prompt.content_hash == same.content_hash  # suite, id and tags do not change output
+    assert prompt.content_hash != Prompt(suite="s", id="a", text="hi!", max_tokens=3).content_hash
+    assert prompt.content_hash != Prompt(suite="s", id="a", text="hi", max_tokens=4).content_hash
+    chat = Prompt(suite="s", id="a", messages=(("user", "hi"),), max_tokens=3)
+    assert chat.content_hash != prompt.content_hash

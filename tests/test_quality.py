@@ -216,17 +216,22 @@ def test_units_to_detect_an_observed_change() -> None:
 
 
 def _record(key: str, base: str, spec: str, label: str) -> dict[str, object]:
-    gen = {"tokens": [1, 2], "t_decode_s": 0.1, "draft_steps": []}
+    """A recorded temp-0 result (tests/fixtures) as prompt ``key`` with these grades."""
+    import json
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+    lines = [json.loads(line) for line in fixture.read_text(encoding="utf-8").splitlines()]
+    recorded = next(r for r in lines if r["kind"] == "result")
     suite, pid = key.split("/")
     return {
+        **recorded,
         "key": f"{key}::temp0",
         "suite": suite,
         "prompt_id": pid,
         "mode": "temp0",
         "seed": None,
-        "comparison": {"identical": base == spec},
-        "baseline": dict(gen),
-        "speculative": dict(gen),
+        "comparison": {**recorded["comparison"], "identical": base == spec},
         "verdict": {"label": label, "reason": "r"},
         "grades": {
             "baseline": {"outcome": base, "reason": ""},
@@ -237,17 +242,18 @@ def _record(key: str, base: str, spec: str, label: str) -> dict[str, object]:
 
 def test_the_plugin_session_fails_on_a_significant_drop_only_when_asked() -> None:
     from equiv.pytest.session import Check, Policy, problems, summary_lines
-    from equiv.verdicts.labels import verdict_of
+    from equiv.records import HeaderRecord, ResultRecord
 
-    def check(record: dict[str, object]) -> Check:
+    def check(data: dict[str, object]) -> Check:
+        record = ResultRecord.from_dict(data)
         return Check(
-            key=str(record["key"]),
+            key=record.key,
             mode="temp0",
             action="pass",
-            verdict=verdict_of(record),
+            verdict=record.judged,
             record=record,
             records=(record,),
-            header={"config": {"quality_margin": 3.0}},
+            header=HeaderRecord(config={"quality_margin": 3.0}),
         )
 
     worse = [check(_record(f"code/p{i}", "pass", "fail", "numeric-drift")) for i in range(6)]

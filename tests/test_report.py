@@ -215,22 +215,21 @@ def test_real_sampling_run_shows_its_analyses_and_a_few_seeds() -> None:
     assert "No temperature-0 prompt in this run." in html
 
 
-def test_missing_or_inconsistent_fields_do_not_fail(tmp_path: Path) -> None:
+def test_inconsistent_fields_render_and_unreadable_lines_are_named(tmp_path: Path) -> None:
     records = _records(TEMP0)
-    bad = json.loads(
-        json.dumps(
-            next(r for r in records if r["kind"] == "result" and not r["comparison"]["identical"])
-        )
-    )
-    bad["comparison"]["opcodes"] = [["equal", 0, 99, 0, 99]]
+    results = [r for r in records if r["kind"] == "result"]
+    bad = json.loads(json.dumps(next(r for r in results if not r["comparison"]["identical"])))
+    bad["comparison"]["opcodes"] = [["equal", 0, 99, 0, 99]]  # does not tile the tokens
     bad["comparison"]["drift"] = None
     bad["comparison"]["divergence"]["baseline_top"] = None
-    bad["verdict"] = {"label": "no-such-label", "reason": "?"}
+    wrong = {**results[0], "verdict": {"label": "no-such-label", "reason": "?"}}
     bare = {"kind": "result", "key": "k", "suite": "s", "baseline": {}, "speculative": {}}
-    html = render_report(_write(tmp_path / "r.jsonl", [records[0], bad, bare]))
-    assert "unreadable verdict" in html
-    assert "2 malformed record(s) could not be counted" in html
-    assert ">k<" in html
+    html = render_report(_write(tmp_path / "r.jsonl", [records[0], bad, wrong, bare]))
+    assert str(escape(bad["key"])) in html  # shown, its text whole where the opcodes do not fit
+    assert "2 of 4 line(s) of the results file could not be read" in html
+    label_error = "verdict.label: 'no-such-label' is not one of equivalent"
+    assert str(escape(f"line 3 ({wrong['key']}): {label_error}")) in html
+    assert str(escape("line 4 (k): prompt: missing")) in html
 
 
 # -- security --------------------------------------------------------------------------------------

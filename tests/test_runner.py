@@ -38,9 +38,9 @@ def test_a_temp0_run_gives_one_result_per_prompt(near_tie_run):
         assert record["comparison"]["identical"] is same
         assert record["baseline"]["prompt_tokens"] == record["speculative"]["prompt_tokens"]
     header = results.header()
-    assert header["fingerprints"]["baseline"]["target_sha256"]
-    (determinism,) = [e for e in results.events() if e["event"] == "determinism"]
-    assert determinism["ok"] is True
+    assert header.fingerprints["baseline"]["target_sha256"]
+    (determinism,) = [e for e in results.events() if e.event == "determinism"]
+    assert determinism.ok is True
 
 
 def test_divergence_records_are_consistent(near_tie_run):
@@ -61,7 +61,7 @@ def test_divergence_records_are_consistent(near_tie_run):
         assert div["speculative_top"]["ids"][0] == div["speculative_token"]
         assert comparison["edit_distance"] >= 1
         assert any(op[0] != "equal" for op in comparison["opcodes"])
-        assert comparison["drift"]["positions"] == pos + 1
+        assert comparison["drift"]["rows"] == pos + 1
 
 
 def test_resume_after_an_interruption_redoes_nothing(temp0_config, tmp_path):
@@ -81,8 +81,8 @@ def test_resume_after_an_interruption_redoes_nothing(temp0_config, tmp_path):
         new = runner.run(items, resume=True)
     assert [r["key"] for r in new] == [items[1].key]
     results = ResultsFile(path)
-    assert sorted(r["key"] for r in results.results()) == sorted(i.key for i in items)
-    assert sum(1 for r in results.records() if r["kind"] == "header") == 1
+    assert sorted(r.key for r in results.results()) == sorted(i.key for i in items)
+    assert sum(1 for r in results.records() if r.kind == "header") == 1
 
 
 def test_resume_with_another_configuration_is_refused(temp0_config, tmp_path):
@@ -103,9 +103,9 @@ def test_self_draft_accepts_nearly_everything(model_pair, tmp_path):
     path = tmp_path / "results.jsonl"
     with Runner(config, make_engine, path) as runner:
         runner.run(plan(_prompts(["code/fib_lt", "code/py_binary_search"]), config))
-    (event,) = [e for e in ResultsFile(path).events() if e["event"] == "self-draft"]
-    assert event["acceptance"] >= SELF_DRAFT_MIN_ACCEPTANCE
-    assert event["ok"] is True
+    (event,) = [e for e in ResultsFile(path).events() if e.event == "self-draft"]
+    assert event.extra["acceptance"] >= SELF_DRAFT_MIN_ACCEPTANCE
+    assert event.ok is True
 
 
 def test_prompt_longer_than_the_context_is_refused_before_running(model_pair, tmp_path):

@@ -82,7 +82,7 @@ def test_analysis_is_written_after_a_resumed_run(model_pair, tmp_path):
     results = ResultsFile(path)
     assert len(results.results()) == 3
     (analysis,) = results.analyses()
-    assert analysis["samples"] == 3
+    assert analysis.figures["samples"] == 3
 
 
 def test_greedy_acceptance_at_temp_08_is_a_sampler_bug_within_200_tokens(model_pair, tmp_path):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from equiv.errors import ConfigError
+from equiv.records import Drift
 from equiv.verdicts.chain import pit_position
 from equiv.verdicts.stats import (
-    DriftMetrics,
     TestResult,
     acceptance_rate_test,
     benjamini_hochberg,
@@ -228,7 +228,7 @@ def test_drift_metrics_of_identical_rows() -> None:
     assert m.kl_max == 0.0
     assert m.max_abs_logit_delta == 0.0
     assert m.top1_agreement == 1.0
-    assert m.n == 20
+    assert m.rows == 20
 
 
 def test_drift_metrics_values() -> None:
@@ -241,7 +241,7 @@ def test_drift_metrics_values() -> None:
     assert m.kl_p99 == pytest.approx(kl0 * 0.99)
     assert m.top1_agreement == 1.0  # row 0 ties at 0 in a: argmax 0 agrees with b
     assert m.max_abs_logit_delta == pytest.approx(3.0 + math.log(0.9 / 0.5))
-    assert DriftMetrics.from_dict(m.to_dict()) == m
+    assert Drift.from_dict(m.to_dict()) == m
 
 
 def test_drift_metrics_forbidden_token_gives_infinite_kl() -> None:

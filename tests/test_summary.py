@@ -1,18 +1,21 @@
 """Run-level figures: acceptance, rounds, and Leviathan et al.'s prediction only where known."""
 
+import dataclasses
+from pathlib import Path
+
+from equiv.records import DraftStep, ResultsFile
 from equiv.verdicts.summary import summarize
+
+FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
 
 
 def _record(steps, draft_s):
-    gen = {"tokens": list(range(9)), "t_decode_s": 0.4}
-    return {
-        "key": "s/p::temp0",
-        "suite": "s",
-        "mode": "temp0",
-        "comparison": {"identical": True},
-        "baseline": dict(gen),
-        "speculative": {**gen, "draft_steps": steps, "draft_s": draft_s},
-    }
+    """A recorded temp-0 result (identical outputs) with these draft rounds and draft time."""
+    record = next(r for r in ResultsFile(FIXTURE).results() if r.comparison.identical)
+    spec = dataclasses.replace(
+        record.speculative, draft_steps=tuple(DraftStep(*s) for s in steps), draft_s=draft_s
+    )
+    return dataclasses.replace(record, speculative=spec)
 
 
 def test_rounds_give_the_mean_accepted_and_a_prediction():

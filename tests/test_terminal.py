@@ -1,8 +1,6 @@
 """The terminal summary reads well at 80 columns: whole headers and label names, no line past
 80, and names from a results file printed as they are (no markup)."""
 
-import copy
-
 from rich.console import Console
 
 from equiv.records import ResultsFile
@@ -22,7 +20,7 @@ def _render(summary, width=80):
 def _every_label_summary():
     """The fixture's records, relabelled so that every label shows, in a suite with a long
     name and one whose name is rich markup."""
-    records = [copy.deepcopy(dict(r)) for r in ResultsFile(FIXTURE).results()]
+    records = [r.to_dict() for r in ResultsFile(FIXTURE).results()]
     for record, label in zip(records, [*Label, *Label], strict=False):
         record["verdict"] = {"label": label.value, "reason": "x", "evidence": {}}
     records[0]["suite"] = "a-suite-with-a-rather-long-name.jsonl"

@@ -3,7 +3,7 @@ no path emitted (the candidates of a divergence's top-k)."""
 
 import numpy as np
 
-from equiv.records import Generation, TokenAlternatives
+from equiv.records import Generation, ResultRecord, TokenAlternatives
 from equiv.report.prompt_view import prompt_view, token_texts
 from equiv.verdicts.classify import classify_temp0
 from equiv.verdicts.compare import compare, token_namer
@@ -75,7 +75,8 @@ def test_the_report_shows_the_text_of_a_never_emitted_candidate():
         "comparison": comparison.to_dict(),
         "verdict": {"label": "sampler-bug", "reason": "r", "evidence": {}},
     }
-    view = prompt_view("p0", record, token_texts([record]))
+    typed = ResultRecord.from_dict(record)
+    view = prompt_view("p0", typed, token_texts([typed]))
     rows = {r.id: r.text for r in view.divergence.speculative_top}
     assert rows[4] == "<script>"
     assert None not in rows.values()

@@ -462,8 +462,10 @@ def verdict_lines(
             "decoding); it is not a bug in speculative decoding"
         )
     if sampling is not None:
-        p_values = [test["p_adjusted"] for record in analyses for test in record.get("tests", [])]
-        powers = [r["verdict"]["evidence"].get("power") for r in analyses]
+        p_values = [
+            t["p_adjusted"] for record in analyses for t in record.tests if "p_adjusted" in t
+        ]
+        powers = [r.judged.evidence.get("power") for r in analyses]
         stats = [f"smallest adjusted p = {min(p_values):.2g}"] if p_values else []
         if powers and None not in powers:
             stats.append(f"power {min(powers):.2f} for Cohen's w >= 0.1")
@@ -558,7 +560,7 @@ def execute(
         echo(f"  report: {write_report(outcome.results_path, out / mode / 'report.html')}")
     temp0 = summaries["temp0"]
     sampling = summaries.get("sampling")
-    analyses = ResultsFile(out / "sampling" / "results.jsonl").analyses() if sampling else []
+    analyses = ResultsFile(out / "sampling" / "results.jsonl").read().analyses if sampling else []
     echo("")
     for line in verdict_lines(
         temp0,

@@ -2,12 +2,15 @@
 
 Exit codes: 0 done; 1 a control failed (engine not deterministic, self-draft acceptance too low);
 2 bad option or config; 3 unusable model file; 4 incompatible draft vocabulary; 5 bad prompt or a
-prompt that does not fit the context; 6 engine failure; 130 interrupted (finished results kept).
+prompt that does not fit the context; 6 engine failure; 7 a results file that cannot be read or
+written; 8 the results are in use by another equiv process; 9 no space left on the device
+(finished results kept); 130 interrupted (finished results kept). See `equiv.errors`.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import time
 from collections.abc import Sequence
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from equiv import __version__
-from equiv.errors import EquivError
+from equiv.errors import DiskFullError, EquivError
 from equiv.options import add_arguments, build_config
 
 __all__ = ["main"]
@@ -259,9 +262,12 @@ def _run_once(
     from equiv.report.summary_json import write_summary
     from equiv.report.terminal import print_prompts, print_summary
     from equiv.run.execute import run_plan
+    from equiv.run.lock import check_out_dir
     from equiv.run.plan import plan, select_prompts
 
     console = Console(stderr=True)
+    check_out_dir(out)  # before any model loads
+    _warn_unreadable(out / "results.jsonl")
     config, pair = build_config(values, workdir=out)
     prompts = select_prompts(config.suites, values.get("prompt") or [])
     console.print(f"[bold]equiv {__version__}[/]  target {pair.target.path}")
@@ -315,8 +321,26 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"report: {write_compare_report(comparison, out)}")
         return 0
     out = Path(args.output) if args.output else results.with_name("report.html")
+    _warn_unreadable(results)
     print(f"report: {write_report(results, out, redact=args.redact)}")
     return 0
+
+
+def _warn_unreadable(path: Path) -> None:
+    """Say on stderr which lines of a results file cannot be read (the report lists them all)."""
+    from equiv.records import ResultsFile
+
+    if not path.is_file():
+        return
+    contents = ResultsFile(path).read()
+    if contents.problems:
+        first = contents.problems[0]
+        more = f" (and {contents.unreadable - 1} more)" if contents.unreadable > 1 else ""
+        print(
+            f"equiv: warning: {contents.unreadable} of {contents.lines} line(s) of {path} could "
+            f"not be read and are not counted: {first}{more}",
+            file=sys.stderr,
+        )
 
 
 def _cmd_check_draft(args: argparse.Namespace) -> int:
@@ -397,6 +421,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EquivError as exc:
         print(f"equiv: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            raise
+        error = DiskFullError(
+            f"no space left on the device ({exc.filename or 'writing'}); the results file keeps "
+            "every finished result: free some space and rerun (with --resume for a run)"
+        )
+        print(f"equiv: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print("equiv: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

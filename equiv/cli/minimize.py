@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from equiv.errors import ConfigError, EquivError
+from equiv.records import ResultRecord, ResultsFile
 
 __all__ = ["DdminResult", "MinimizeResult", "ddmin", "minimize_file", "minimize_text"]
 
@@ -137,19 +138,20 @@ class MinimizeResult:
         ]
 
 
-def _find(results: Any, key: str) -> dict[str, Any]:
+def _find(results: ResultsFile, key: str) -> ResultRecord:
     key = key if "::" in key else f"{key}::temp0"
     if not key.endswith("::temp0"):
         raise ConfigError(f"key {key!r} is not a temp-0 result; minimize needs 'suite/id::temp0'")
-    for record in results.results():
-        if record["key"] == key:
-            if record["comparison"]["identical"]:
+    found = results.read().results
+    for record in found:
+        if record.key == key:
+            if record.comparison.identical:
                 raise ConfigError(
                     f"{key} did not diverge in {results.path}; pick a key whose outputs differ "
                     "(the report lists them under 'only mismatches')"
                 )
-            return dict(record)
-    keys = [r["key"] for r in results.results() if not r["comparison"]["identical"]]
+            return record
+    keys = [r.key for r in found if not r.comparison.identical]
     raise ConfigError(
         f"no result {key!r} in {results.path}; diverging keys there: {', '.join(keys) or 'none'}"
     )
@@ -185,7 +187,6 @@ def minimize_file(
     """Minimize the prompt of ``key`` in a results file with the run's own configuration."""
     from equiv.config import Mode, RunConfig
     from equiv.prompts import Prompt
-    from equiv.records import ResultsFile
     from equiv.run.execute import open_runner
     from equiv.verdicts.compare import compare
 
@@ -197,10 +198,10 @@ def minimize_file(
             f"results file {str(results_path)!r} does not exist; pass a results.jsonl"
         )
     record = _find(results, key)
-    config = RunConfig.from_dict(results.header()["config"])
+    config = RunConfig.from_dict(results.header().config)
     if config.mode is not Mode.TEMP0:
         raise ConfigError(f"{results_path} is a sampling run; minimize needs a temp-0 run")
-    prompt = Prompt.from_dict(record["prompt"])
+    prompt = record.prompt
     max_tokens = config.max_tokens or prompt.max_tokens
     original = prompt.text if prompt.text is not None else (prompt.messages or (("", ""),))[-1][1]
 
@@ -226,7 +227,7 @@ def minimize_file(
     try:
         if not diverges(original):
             raise EquivError(
-                f"{record['key']} diverged in {results_path} but not when re-run here (another "
+                f"{record.key} diverged in {results_path} but not when re-run here (another "
                 "machine, build or thread count?); minimize on the machine that produced it"
             )
         minimal, tests, exhausted = minimize_text(original, diverges, max_tests=max_tests - 1)
@@ -240,7 +241,7 @@ def minimize_file(
     path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
     divergence = seen[minimal][1].divergence
     return MinimizeResult(
-        key=record["key"],
+        key=record.key,
         original=original,
         minimal=minimal,
         original_tokens=seen[original][0],

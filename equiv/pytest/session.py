@@ -23,9 +23,18 @@ from typing import TYPE_CHECKING, Any
 from equiv.engines.base import Engine
 from equiv.errors import ConfigError, EquivError
 from equiv.prompts import Prompt
+from equiv.records import (
+    AnalysisRecord,
+    Divergence,
+    EventRecord,
+    Generation,
+    HeaderRecord,
+    ResultRecord,
+    parse_record,
+)
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.labels import Label, Verdict, verdict_of
+from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
 
 if TYPE_CHECKING:
@@ -78,15 +87,15 @@ class Check:
     mode: str
     action: str
     verdict: Verdict
-    record: dict[str, Any]  # the record the verdict is about (in sampling mode: one seed)
-    records: tuple[dict[str, Any], ...]
-    header: dict[str, Any]
-    extras: tuple[dict[str, Any], ...] = ()  # what else the run appended: events, analyses
+    record: ResultRecord | AnalysisRecord  # what the verdict is about (sampling: the analysis)
+    records: tuple[ResultRecord, ...]
+    header: HeaderRecord
+    extras: tuple[EventRecord | AnalysisRecord, ...] = ()  # what else the run appended
 
     @property
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[EventRecord]:
         """Controls (determinism, self-draft) run during this check."""
-        return [x for x in self.extras if x.get("kind") == "event"]
+        return [x for x in self.extras if isinstance(x, EventRecord)]
 
     @property
     def label(self) -> Label:
@@ -116,38 +125,61 @@ class Check:
         return f"<equiv {self.key}: {self.label} (evidence: str(check))>"
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {**data, "verdict": self.verdict.to_dict(), "records": list(self.records)}
+        """Plain data (pytest-xdist ships it from a worker to the controller)."""
+        return {
+            "key": self.key,
+            "mode": self.mode,
+            "action": self.action,
+            "verdict": self.verdict.to_dict(),
+            "record": self.record.to_dict(),
+            "records": [r.to_dict() for r in self.records],
+            "header": self.header.to_dict(),
+            "extras": [x.to_dict() for x in self.extras],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Check:
-        values = {**data, "verdict": Verdict.from_dict(data["verdict"])}
-        return cls(**{**values, "records": tuple(data["records"]), "extras": tuple(data["extras"])})
+        record = parse_record(data["record"])
+        header = parse_record(data["header"])
+        extras = [parse_record(x) for x in data["extras"]]
+        assert isinstance(record, ResultRecord | AnalysisRecord)
+        assert isinstance(header, HeaderRecord)
+        return cls(
+            key=data["key"],
+            mode=data["mode"],
+            action=data["action"],
+            verdict=Verdict.from_dict(data["verdict"]),
+            record=record,
+            records=tuple(ResultRecord.from_dict(r) for r in data["records"]),
+            header=header,
+            extras=tuple(x for x in extras if isinstance(x, EventRecord | AnalysisRecord)),
+        )
 
 
-def describe(verdict: Verdict, record: Mapping[str, Any]) -> list[str]:
+def describe(verdict: Verdict, record: ResultRecord | AnalysisRecord) -> list[str]:
     """A few lines a human reads: label and reason, the first divergence, the evidence."""
     lines = [f"{verdict.label}: {verdict.reason}"]
-    comparison = record.get("comparison") or {}  # an analysis record (sampling) has none
-    div = comparison.get("divergence")
-    if div:
-        pos = div["position"]
-        seed = "" if record.get("seed") is None else f", seed {record['seed']}"
-        before = (record["prompt"].get("text") or "") + "".join(record["baseline"]["pieces"][:pos])
+    # An analysis record (sampling) has no divergence of its own.
+    comparison = record.comparison if isinstance(record, ResultRecord) else None
+    div = comparison.divergence if comparison is not None else None
+    if isinstance(record, ResultRecord) and comparison is not None and div is not None:
+        pos = div.position
+        seed = "" if record.seed is None else f", seed {record.seed}"
+        before = (record.prompt.text or "") + "".join(record.baseline.pieces[:pos])
         lines.append(
-            f"  first divergence at token {pos} ({comparison['n_baseline']} baseline / "
-            f"{comparison['n_speculative']} speculative tokens{seed}), after {before[-40:]!r}:"
+            f"  first divergence at token {pos} ({comparison.n_baseline} baseline / "
+            f"{comparison.n_speculative} speculative tokens{seed}), after {before[-40:]!r}:"
         )
-        for path, other in (("baseline", "speculative"), ("speculative", "baseline")):
-            lines.append(f"    {path:<12} " + _side(div, path, other, record[path]))
+        for path in ("baseline", "speculative"):
+            lines.append(f"    {path:<12} " + _side(div, path, record.generation(path)))
         parts = []
-        if div.get("delta_logit_at_divergence") is not None:
-            parts.append(f"max |delta logit| {div['delta_logit_at_divergence']:.4f} at that row")
-        if drift := comparison.get("drift"):
+        if div.delta_logit_at_divergence is not None:
+            parts.append(f"max |delta logit| {div.delta_logit_at_divergence:.4f} at that row")
+        if (drift := comparison.drift) is not None:
             parts.append(
-                f"over the {drift['positions']} shared rows max |delta logit| "
-                f"{drift['max_abs_delta_logit']:.4f}, mean KL {drift['mean_kl']:.2e}, "
-                f"top-1 agreement {drift['top1_agreement']:.3f}"
+                f"over the {drift.rows} shared rows max |delta logit| "
+                f"{drift.max_abs_logit_delta:.4f}, mean KL {drift.kl_mean:.2e}, "
+                f"top-1 agreement {drift.top1_agreement:.3f}"
             )
         if parts:
             lines.append("  " + "; ".join(parts))
@@ -161,25 +193,38 @@ def describe(verdict: Verdict, record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _side(div: Mapping[str, Any], path: str, other: str, gen: Mapping[str, Any]) -> str:
-    if div[f"{path}_token"] is None:
-        return f"ended after {len(gen['tokens'])} tokens ({gen['stop_reason']})"
-    text = f"{div[f'{path}_text']!r} (id {div[f'{path}_token']})"
-    margin = div.get(f"margin_{path}")
+def _side(div: Divergence, path: str, gen: Generation) -> str:
+    if path == "baseline":
+        token, text, margin, other = (
+            div.baseline_token,
+            div.baseline_text,
+            div.margin_baseline,
+            div.speculative_text,
+        )
+    else:
+        token, text, margin, other = (
+            div.speculative_token,
+            div.speculative_text,
+            div.margin_speculative,
+            div.baseline_text,
+        )
+    if token is None:
+        return f"ended after {gen.n_tokens} tokens ({gen.stop_reason})"
+    shown = f"{text!r} (id {token})"
     if margin is None:
-        return text
+        return shown
     if margin < 0:  # the path did not pick its own favourite of the two
-        return f"{text} trailed {div[f'{other}_text']!r} by {-margin:.4f} in its own logits"
-    return f"{text} led {div[f'{other}_text']!r} by {margin:.4f} in its own logits"
+        return f"{shown} trailed {other!r} by {-margin:.4f} in its own logits"
+    return f"{shown} led {other!r} by {margin:.4f} in its own logits"
 
 
-def divergence_line(record: Mapping[str, Any]) -> str:
+def divergence_line(record: ResultRecord | AnalysisRecord) -> str:
     """The first divergence in one line (empty when the outputs are identical)."""
-    div = (record.get("comparison") or {}).get("divergence")
-    if not div:
+    div = record.comparison.divergence if isinstance(record, ResultRecord) else None
+    if div is None:
         return ""
-    b, s = div["baseline_text"], div["speculative_text"]
-    return f"first divergence at token {div['position']}: baseline {b!r}, speculative {s!r}"
+    b, s = div.baseline_text, div.speculative_text
+    return f"first divergence at token {div.position}: baseline {b!r}, speculative {s!r}"
 
 
 class CheckSession:
@@ -236,7 +281,7 @@ class CheckSession:
         items = plan([prompt], runner.config)
         if max_tokens is not None:
             items = [dataclasses.replace(i, max_tokens=max_tokens) for i in items]
-        seen = len(list(runner.results.records())) if runner.results.exists() else 0
+        seen = len(runner.results.read().records)
         ran = runner.run(
             items, resume=True, command=shlex.join(self.argv), family_size=self.family_size
         )
@@ -247,11 +292,14 @@ class CheckSession:
             )
         # The file is the source of truth: results, then what else the run appended (controls,
         # and in sampling mode the prompt's analysis, whose verdict speaks for all its seeds).
-        new = [r for r in list(runner.results.records())[seen:] if r.get("kind") != "header"]
-        records = [r for r in new if r.get("kind") == "result"]
-        extras = [r for r in new if r.get("kind") != "result"]
-        judged = [x for x in extras if x.get("verdict")] or records
-        verdicts = [verdict_of(r) for r in judged]
+        contents = runner.results.read()
+        new = contents.records[seen:]
+        records = [r for r in new if isinstance(r, ResultRecord)]
+        extras = [r for r in new if isinstance(r, EventRecord | AnalysisRecord)]
+        judged: list[ResultRecord | AnalysisRecord] = [
+            x for x in extras if isinstance(x, AnalysisRecord) and x.verdict is not None
+        ] or list(records)
+        verdicts = [r.judged for r in judged]
         action, index = self.policy.judge(verdicts)
         return Check(
             key=f"{prompt.key}::{mode}",
@@ -275,10 +323,7 @@ def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
     """Why the session fails as a whole: a failed control, or too much numeric drift."""
     found = list(  # once each, however many xdist workers saw it
         dict.fromkeys(
-            f"control {e['event']} FAILED: {e['detail']}"
-            for c in checks
-            for e in c.events
-            if e.get("ok") is False
+            f"control {e.event} FAILED: {e.detail}" for c in checks for e in c.events if e.failed
         )
     )
     drift = sum(c.label is Label.NUMERIC_DRIFT for c in checks)
@@ -305,7 +350,7 @@ def _summaries(checks: Sequence[Check]) -> dict[str, Summary]:
     out = {}
     for mode in sorted({c.mode for c in checks}):
         group = [c for c in checks if c.mode == mode]
-        margin = (group[0].header.get("config") or {}).get("quality_margin", DEFAULT_MARGIN_POINTS)
+        margin = group[0].header.config.get("quality_margin", DEFAULT_MARGIN_POINTS)
         out[mode] = summarize(
             [r for c in group for r in c.records],
             [e for c in group for e in c.events],
@@ -329,27 +374,20 @@ def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
         folder = out if len(by_mode) == 1 else out / mode
         results = ResultsFile(folder / "results.jsonl")
         results.path.unlink(missing_ok=True)
-        results.write_header(
-            {k: v for k, v in group[0].header.items() if k not in ("kind", "schema")}
-        )
+        results.write_header(group[0].header)
         for c in group:
-            for record in c.records:
-                results.append_result(record)
-            for extra in c.extras:  # its own "kind" (event, analysis) wins over "event"
-                results.append_event(extra)
+            for record in (*c.records, *c.extras):
+                results.append(record)
         written.append(results.path)
         written.append(write_summary(results.path))
         written.append(write_report(results.path, folder / "report.html"))
     return written
 
 
-def control_lines(events: Iterable[Mapping[str, Any]]) -> list[str]:
+def control_lines(events: Iterable[EventRecord]) -> list[str]:
     """Each control once, however many processes ran it (under pytest-xdist each worker checks
     its own models): ``control determinism: ok - ... (run by each of 2 workers)``."""
-    runs = Counter(
-        (str(e["event"]), "ok" if e.get("ok") else "FAILED", str(e.get("detail", "")))
-        for e in events
-    )
+    runs = Counter((e.event, "ok" if e.ok else "FAILED", e.detail) for e in events)
     return [
         f"control {event}: {status} - {detail}" + (f" ({n} runs, one per worker)" if n > 1 else "")
         for (event, status, detail), n in runs.items()

@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from equiv.records import AnalysisRecord
 from equiv.report.header import fmt
 from equiv.report.prompt_view import PromptView, evidence_rows, number, record_verdict
 from equiv.report.svg import grouped_chart
@@ -117,7 +118,7 @@ def _charts(name: str, chart: Any, vocab: Mapping[int, str]) -> list[tuple[str, 
     return [(caption, chart_svg)]
 
 
-def sampling_verdict(analysis: Mapping[str, Any] | None, seed: Any) -> Verdict:
+def sampling_verdict(analysis: AnalysisRecord | None, seed: Any) -> Verdict:
     """The label a seed record is shown with: its prompt's distribution test decides, not the
     seed (outputs of two samplers differ at temperature > 0 without anything being wrong)."""
     if analysis is None:
@@ -128,16 +129,17 @@ def sampling_verdict(analysis: Mapping[str, Any] | None, seed: Any) -> Verdict:
 
 def analysis_view(
     i: int,
-    record: Mapping[str, Any],
+    record: AnalysisRecord,
     vocab: Mapping[int, str],
     examples: Sequence[PromptView] = (),
     seeds: int = 0,
 ) -> AnalysisView:
     verdict = record_verdict(record)
-    charts = record.get("charts") if isinstance(record.get("charts"), Mapping) else {}
-    drawn = [c for k, v in (charts or {}).items() for c in _charts(str(k), v, vocab)]
+    charts = record.figures.get("charts")
+    charts = charts if isinstance(charts, Mapping) else {}
+    drawn = [c for k, v in charts.items() for c in _charts(str(k), v, vocab)]
     figures: list[tuple[str, str]] = []
-    for key, value in record.items():
+    for key, value in record.figures.items():
         if key in _SKIP:
             continue
         if isinstance(value, Mapping):
@@ -146,13 +148,13 @@ def analysis_view(
             figures.append((key.replace("_", " "), fmt(value)))
     return AnalysisView(
         anchor=f"a{i}",
-        key=str(record.get("key", f"analysis {i}")),
-        suite=str(record.get("suite", "")),
+        key=record.key,
+        suite=record.suite,
         label=verdict.label.value,
         reason=verdict.reason,
         evidence=evidence_rows(verdict.evidence),
         figures=tuple(figures),
-        tests=tuple(_test(t) for t in record.get("tests") or [] if isinstance(t, Mapping)),
+        tests=tuple(_test(t) for t in record.tests),
         charts=tuple((caption, svg) for caption, svg in drawn if svg is not None),
         examples=tuple(examples),
         seeds=seeds,

@@ -6,9 +6,10 @@ carries its position and ID. Nothing is re-compared: the opcodes come from the r
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from equiv.records import ResultRecord
 
 __all__ = ["Segment", "Token", "segments"]
 
@@ -33,13 +34,12 @@ class Segment:
     tokens: tuple[Token, ...]  # empty for equal runs
 
 
-def _valid(opcodes: Sequence[Any], n_src: int, n_dest: int) -> bool:
-    try:
-        src = [(int(op[1]), int(op[2])) for op in opcodes]
-        dest = [(int(op[3]), int(op[4])) for op in opcodes]
-    except (TypeError, ValueError, IndexError):
-        return False
-    for spans, n in ((src, n_src), (dest, n_dest)):
+def _valid(opcodes: Sequence[tuple[str, int, int, int, int]], n_src: int, n_dest: int) -> bool:
+    """The opcodes tile both sequences exactly (a file edited by hand may say otherwise)."""
+    for spans, n in (
+        ([(op[1], op[2]) for op in opcodes], n_src),
+        ([(op[3], op[4]) for op in opcodes], n_dest),
+    ):
         at = 0
         for start, end in spans:
             if start != at or end < start:
@@ -47,31 +47,24 @@ def _valid(opcodes: Sequence[Any], n_src: int, n_dest: int) -> bool:
             at = end
         if at != n:
             return False
-    return all(str(op[0]) in ("equal", "replace", "insert", "delete") for op in opcodes)
+    return True
 
 
-def segments(record: Mapping[str, Any], side: str) -> tuple[Segment, ...]:
+def segments(record: ResultRecord, side: str) -> tuple[Segment, ...]:
     """``side`` ("baseline" or "speculative") of a result record as diff segments; one equal
     segment of the whole text when the paths agree or the opcodes do not fit the tokens."""
-    gen = record[side]
-    tokens: list[int] = list(gen.get("tokens", []))
-    pieces: list[str] = [str(p) for p in gen.get("pieces", [])]
-    comparison = record.get("comparison") or {}
-    opcodes = comparison.get("opcodes") or []
-    n_other = len(record["speculative" if side == "baseline" else "baseline"].get("tokens", []))
+    gen = record.generation(side)
+    tokens, pieces = gen.tokens, gen.pieces
+    comparison = record.comparison
+    opcodes = comparison.opcodes
+    n_other = record.generation("speculative" if side == "baseline" else "baseline").n_tokens
     sizes = (len(tokens), n_other) if side == "baseline" else (n_other, len(tokens))
-    if (
-        comparison.get("identical", True)
-        or len(pieces) != len(tokens)
-        or not _valid(opcodes, *sizes)
-    ):
-        return (Segment("equal", str(gen.get("text", "".join(pieces))), ()),)
-    divergence = comparison.get("divergence") or {}
-    first = divergence.get("position")
-    lo, hi = (1, 2) if side == "baseline" else (3, 4)
+    if comparison.identical or not _valid(opcodes, *sizes):
+        return (Segment("equal", gen.text, ()),)
+    first = comparison.divergence.position if comparison.divergence is not None else None
     out: list[Segment] = []
-    for op in opcodes:
-        tag, start, end = str(op[0]), int(op[lo]), int(op[hi])
+    for tag, i1, i2, j1, j2 in opcodes:
+        start, end = (i1, i2) if side == "baseline" else (j1, j2)
         if tag not in _SIDE_TAGS[side] or start == end:
             continue
         text = "".join(pieces[start:end])

@@ -1,6 +1,7 @@
 """One frozen view per result record (a prompt x mode x seed), read from the results file.
-Computes nothing new: labels come from `equiv.verdicts.labels.verdict_of`, differences from the
-opcodes and divergence the run stored, token text from the pieces the run emitted.
+Computes nothing new: labels come from the typed record (`ResultRecord.judged`), speeds and draft
+counts from its `Generation`, differences from the opcodes and divergence the run stored, token
+text from the pieces the run emitted.
 """
 
 from __future__ import annotations
@@ -10,13 +11,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from equiv.records import AnalysisRecord, Divergence, Drift, ResultRecord, TokenAlternatives
 from equiv.report.diff import Segment, segments
 from equiv.report.header import fmt
-from equiv.verdicts.labels import Label, Verdict, verdict_of
+from equiv.verdicts.labels import Label, Verdict
 
 __all__ = [
     "LABELS",
     "PromptView",
+    "drift_rows",
     "evidence_rows",
     "number",
     "prompt_view",
@@ -31,10 +34,11 @@ _SHOWN = {
     "edit_distance": "edit distance",
 }
 _NAMES = {
-    "positions": "rows compared",
-    "max_abs_delta_logit": "max |Δlogit|",
-    "mean_kl": "mean KL",
-    "max_kl": "max KL",
+    "rows": "rows compared",
+    "max_abs_logit_delta": "max |Δlogit|",
+    "kl_mean": "mean KL",
+    "kl_p99": "KL, 99th percentile",
+    "kl_max": "max KL",
     "top1_agreement": "top-1 agreement",
 }
 
@@ -117,117 +121,106 @@ def evidence_rows(evidence: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), fmt(v)) for k, v in evidence.items())
 
 
-def record_verdict(record: Mapping[str, Any]) -> Verdict:
-    try:
-        if record.get("kind") == "analysis":
-            if record.get("verdict"):
-                return Verdict.from_dict(record["verdict"])
-            return Verdict(Label.INCONCLUSIVE, "no verdict recorded for this analysis")
-        return verdict_of(record)
-    except (KeyError, TypeError, ValueError) as exc:
-        return Verdict(Label.INCONCLUSIVE, f"unreadable verdict in the results file ({exc!r})")
+def record_verdict(record: ResultRecord | AnalysisRecord) -> Verdict:
+    """The verdict a record carries (a plain one where it carries none)."""
+    return record.judged
 
 
-def _path(record: Mapping[str, Any], side: str) -> PathView:
-    gen: Mapping[str, Any] = record.get(side) or {}
-    tokens = gen.get("tokens") or []
-    decode = number(gen.get("t_decode_s"))
-    n = len(tokens) - 1  # the first token's time is prompt evaluation, as in summarize
-    steps = [s for s in gen.get("draft_steps") or [] if not s[3]]
-    drafted = sum(int(s[1]) for s in steps) if side == "speculative" else None
-    accepted = sum(int(s[2]) for s in steps) if side == "speculative" else None
+def _path(record: ResultRecord, side: str) -> PathView:
+    gen = record.generation(side)
+    spec = side == "speculative"
     return PathView(
         name=side,
-        n_tokens=len(tokens),
-        stop_reason=str(gen.get("stop_reason", "-")),
-        tps=n / decode if decode and n > 0 else None,
-        t_prompt_s=number(gen.get("t_prompt_s")),
-        drafted=drafted,
-        accepted=accepted,
-        acceptance=accepted / drafted if drafted and accepted is not None else None,
-        segments=segments(record, side) if record.get(side) else (),
+        n_tokens=gen.n_tokens,
+        stop_reason=gen.stop_reason,
+        tps=gen.tokens_per_s or None,
+        t_prompt_s=number(gen.t_prompt_s),
+        drafted=gen.drafted if spec else None,
+        accepted=gen.accepted if spec else None,
+        acceptance=gen.acceptance_rate if spec else None,
+        segments=segments(record, side),
     )
 
 
 def _top(
-    top: Mapping[str, Any] | None, picks: tuple[int | None, int | None], vocab: Mapping[int, str]
+    top: TokenAlternatives | None,
+    picks: tuple[int | None, int | None],
+    vocab: Mapping[int, str],
 ) -> tuple[TopRow, ...]:
-    if not top:
+    if top is None:
         return ()
-    rows = []
-    for rank, (tid, logit) in enumerate(
-        zip(top.get("ids", []), top.get("logits", []), strict=False)
-    ):
-        tid = int(tid)
-        rows.append(
-            TopRow(rank + 1, tid, vocab.get(tid), float(logit), tid == picks[0], tid == picks[1])
-        )
-    return tuple(rows)
-
-
-def _divergence(comparison: Mapping[str, Any], vocab: Mapping[int, str]) -> DivergenceView | None:
-    d = comparison.get("divergence")
-    if not d:
-        return None
-    picks = (d.get("baseline_token"), d.get("speculative_token"))
-    # Candidates no path emitted: their text as the engine gave it at the divergence.
-    vocab = {**{int(i): str(t) for i, t in d.get("top_texts") or ()}, **vocab}
-    return DivergenceView(
-        position=int(d.get("position", 0)),
-        baseline=(picks[0], d.get("baseline_text")),
-        speculative=(picks[1], d.get("speculative_text")),
-        baseline_top=_top(d.get("baseline_top"), picks, vocab),
-        speculative_top=_top(d.get("speculative_top"), picks, vocab),
-        margin_baseline=number(d.get("margin_baseline")),
-        margin_speculative=number(d.get("margin_speculative")),
-        delta=number(d.get("delta_logit_at_divergence")),
+    return tuple(
+        TopRow(rank + 1, tid, vocab.get(tid), logit, tid == picks[0], tid == picks[1])
+        for rank, (tid, logit) in enumerate(zip(top.ids, top.logits, strict=True))
     )
+
+
+def _divergence(d: Divergence | None, vocab: Mapping[int, str]) -> DivergenceView | None:
+    if d is None:
+        return None
+    picks = (d.baseline_token, d.speculative_token)
+    # Candidates no path emitted: their text as the engine gave it at the divergence.
+    vocab = {**dict(d.top_texts), **vocab}
+    return DivergenceView(
+        position=d.position,
+        baseline=(picks[0], d.baseline_text),
+        speculative=(picks[1], d.speculative_text),
+        baseline_top=_top(d.baseline_top, picks, vocab),
+        speculative_top=_top(d.speculative_top, picks, vocab),
+        margin_baseline=number(d.margin_baseline),
+        margin_speculative=number(d.margin_speculative),
+        delta=number(d.delta_logit_at_divergence),
+    )
+
+
+def drift_rows(drift: Drift | None) -> tuple[tuple[str, str], ...]:
+    """A drift's figures for a table, each with its name as a person reads it."""
+    if drift is None:
+        return ()
+    return tuple((_NAMES.get(k, k), fmt(v)) for k, v in drift.to_dict().items() if v is not None)
 
 
 def prompt_view(
     anchor: str,
-    record: Mapping[str, Any],
+    record: ResultRecord,
     vocab: Mapping[int, str],
     verdict: Verdict | None = None,
 ) -> PromptView:
     """The view of one result record; ``verdict`` overrides the record's own (a seed record
     shows its prompt's distribution verdict)."""
     verdict = verdict or record_verdict(record)
-    prompt: Mapping[str, Any] = record.get("prompt") or {}
-    comparison: Mapping[str, Any] = record.get("comparison") or {}
-    drift: Mapping[str, Any] = comparison.get("drift") or {}
+    prompt = record.prompt
+    comparison = record.comparison
+    drift = comparison.drift
+    shown = comparison.to_dict()
     return PromptView(
         anchor=anchor,
-        key=str(record.get("key", anchor)),
-        suite=str(record.get("suite", "")),
-        mode=str(record.get("mode", "")),
-        seed=record.get("seed"),
+        key=record.key,
+        suite=record.suite,
+        mode=record.mode.value,
+        seed=record.seed,
         label=verdict.label.value,
         reason=verdict.reason,
         evidence=evidence_rows(verdict.evidence),
-        prompt_text=str(prompt["text"]) if prompt.get("text") is not None else None,
-        messages=tuple(
-            (str(m.get("role", "")), str(m.get("content", "")))
-            for m in prompt.get("messages") or []
-        ),
-        identical=bool(comparison.get("identical", False)),
+        prompt_text=prompt.text,
+        messages=prompt.messages or (),
+        identical=comparison.identical,
         baseline=_path(record, "baseline"),
         speculative=_path(record, "speculative"),
-        divergence=_divergence(comparison, vocab),
-        drift=tuple((_NAMES.get(k, k), fmt(v)) for k, v in drift.items()),
-        comparison=tuple((n, fmt(comparison[k])) for k, n in _SHOWN.items() if k in comparison),
-        similarity=number(comparison.get("token_similarity")),
-        max_delta_logit=number(drift.get("max_abs_delta_logit")),
-        mean_kl=number(drift.get("mean_kl")),
-        grades=_grades(record),
+        divergence=_divergence(comparison.divergence, vocab),
+        drift=drift_rows(drift),
+        comparison=tuple((n, fmt(shown[k])) for k, n in _SHOWN.items()),
+        similarity=number(comparison.token_similarity),
+        max_delta_logit=None if drift is None else number(drift.max_abs_logit_delta),
+        mean_kl=None if drift is None else number(drift.kl_mean),
+        grades=_grades(record.extra),
     )
 
 
-def token_texts(records: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+def token_texts(records: Sequence[ResultRecord]) -> dict[int, str]:
     """Token text for every ID some path emitted: what the pieces give, and no more."""
     vocab: dict[int, str] = {}
     for r in records:
-        for side in ("baseline", "speculative"):
-            gen = r.get(side) or {}
-            vocab.update(zip(gen.get("tokens", []), gen.get("pieces", []), strict=False))
+        for gen in (r.baseline, r.speculative):
+            vocab.update(zip(gen.tokens, gen.pieces, strict=True))
     return vocab

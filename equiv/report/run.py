@@ -5,6 +5,7 @@ prompt and analysis, and the overview charts. Computes nothing new.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,13 +14,15 @@ from typing import Any
 
 from markupsafe import Markup
 
-from equiv.records import ResultsFile
+from equiv.config import Mode
+from equiv.records import AnalysisRecord, ResultRecord, ResultsFile
 from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
 from equiv.report.header import Environment, environment, fmt
 from equiv.report.prompt_view import LABELS, PromptView, prompt_view, token_texts
 from equiv.report.quality_view import QualityView, quality_view
 from equiv.report.redact import NOTE, make_redactor
 from equiv.report.svg import Bar, Strip, bar_chart, strip_chart
+from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
 from equiv.verdicts.summary import SuiteSummary, summarize
 
@@ -36,7 +39,10 @@ class RunView:
     suites: tuple[SuiteRow, ...]
     events: tuple[tuple[str, bool | None, str], ...]
     differences: tuple[str, ...]
-    unread: int  # records the summary could not read (malformed); shown as found
+    unread: int  # lines of the results file that could not be read (each in `problems`)
+    problems: tuple[str, ...]  # "line N (key): field: what is wrong", one per unread line
+    lines: int  # lines in the results file
+    torn: bool  # the last line was cut by a crash; `--resume` redoes its result
     command: str
     env: Environment
     header_json: str
@@ -58,6 +64,7 @@ class SuiteRow:
     acceptance: float | None
     baseline_tps: float
     speculative_tps: float
+    speedup: float | None
 
 
 def _suite_row(s: SuiteSummary) -> SuiteRow:
@@ -68,20 +75,8 @@ def _suite_row(s: SuiteSummary) -> SuiteRow:
         acceptance=s.acceptance,
         baseline_tps=s.baseline_tps,
         speculative_tps=s.speculative_tps,
+        speedup=s.measured_speedup,
     )
-
-
-def _readable(record: Mapping[str, Any], kind: str) -> bool:
-    """Whether the summary can read a record (it reads them as it does in the CLI)."""
-    try:
-        check = SuiteSummary("check")
-        if kind == "analysis":
-            check.add_analysis(record)
-        else:
-            check.add(record)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-        return False
-    return True
 
 
 def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...]:
@@ -163,36 +158,35 @@ def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...
 
 
 def _analyses(
-    analyses: Sequence[Mapping[str, Any]],
-    seeds: Sequence[Mapping[str, Any]],
+    analyses: Sequence[AnalysisRecord],
+    seeds: Sequence[ResultRecord],
     vocab: Mapping[int, str],
 ) -> tuple[AnalysisView, ...]:
     """One view per sampled prompt: its analysis record (or a note that there is none yet)
     with a few of its seed records, those whose outputs differ first."""
-    by_prompt = {(a.get("suite"), a.get("prompt_id")): a for a in analyses}
-    groups: dict[tuple[Any, Any], list[Mapping[str, Any]]] = {}
+    by_prompt = {(a.suite, a.prompt_id): a for a in analyses}
+    groups: dict[tuple[str, str], list[ResultRecord]] = {}
     for r in seeds:
-        groups.setdefault((r.get("suite"), r.get("prompt_id")), []).append(r)
+        groups.setdefault((r.suite, r.prompt_id), []).append(r)
     views = []
     for i, key in enumerate(dict.fromkeys([*by_prompt, *groups])):
         analysis = by_prompt.get(key)
         group = groups.get(key, [])
-        same = [bool((r.get("comparison") or {}).get("identical")) for r in group]
-        picked = [r for _, r in sorted(zip(same, group, strict=True), key=lambda x: x[0])]
+        picked = sorted(group, key=lambda r: r.comparison.identical)
         examples = [
-            prompt_view(f"a{i}s{j}", r, vocab, sampling_verdict(analysis, r.get("seed")))
+            prompt_view(f"a{i}s{j}", r, vocab, sampling_verdict(analysis, r.seed))
             for j, r in enumerate(picked[:MAX_EXAMPLES])
         ]
-        record = analysis or {
-            "kind": "analysis",
-            "key": f"{key[0]}/{key[1]}::sampling",
-            "suite": key[0],
-            "verdict": {
-                "label": "inconclusive",
-                "reason": f"no distribution analysis recorded yet for {len(group)} seed "
-                "record(s): the run may have been interrupted; rerun with --resume",
-            },
-        }
+        record = analysis or AnalysisRecord(
+            key=f"{key[0]}/{key[1]}::sampling",
+            suite=key[0],
+            prompt_id=key[1],
+            verdict=Verdict(
+                Label.INCONCLUSIVE,
+                f"no distribution analysis recorded yet for {len(group)} seed record(s): the "
+                "run may have been interrupted; rerun with --resume",
+            ),
+        )
         views.append(analysis_view(i, record, vocab, examples, len(group)))
     return tuple(views)
 
@@ -200,26 +194,24 @@ def _analyses(
 def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
     """Everything the report shows, from the results file alone."""
     results = ResultsFile(results_path)
-    header = results.header()
-    records = list(results.records())
-    rows = [r for r in records if r.get("kind") == "result"]
-    analyses = [r for r in records if r.get("kind") == "analysis"]
-    redactor = make_redactor(header, enabled=redact)
-    header = redactor(header)
-    events = [redactor(r) for r in records if r.get("kind") == "event"]
-    readable = [r for r in rows if _readable(r, "result")]
-    readable_analyses = [a for a in analyses if _readable(a, "analysis")]
+    header_record = results.header()  # a file without one is not a results file: ResultsError
+    contents = results.read()
+    rows, analyses = contents.results, contents.analyses
+    redactor = make_redactor(header_record.to_dict(), enabled=redact)
+    header = redactor(header_record.to_dict())
+    events = [
+        dataclasses.replace(e, detail=str(redactor(e.detail)), extra=redactor(dict(e.extra)))
+        for e in contents.events
+    ]
     differences = [str(d) for d in header.get("differences") or []]
-    margin = (header.get("config") or {}).get("quality_margin", DEFAULT_MARGIN_POINTS)
-    summary = summarize(
-        readable, events, readable_analyses, differences=differences, quality_margin=margin
-    )
+    margin = header_record.config.get("quality_margin", DEFAULT_MARGIN_POINTS)
+    summary = summarize(rows, events, analyses, differences=differences, quality_margin=margin)
     vocab = token_texts(rows)
     prompts = tuple(
         prompt_view(f"p{i}", r, vocab)
-        for i, r in enumerate(r for r in rows if r.get("mode", "temp0") != "sampling")
+        for i, r in enumerate(r for r in rows if r.mode is not Mode.SAMPLING)
     )
-    views = _analyses(analyses, [r for r in rows if r.get("mode") == "sampling"], vocab)
+    views = _analyses(analyses, [r for r in rows if r.mode is Mode.SAMPLING], vocab)
     counts = tuple((label, summary.total.labels.get(label, 0)) for label in LABELS)
     name = str(redactor(Path(results_path).resolve().parent.name))
     return RunView(
@@ -230,10 +222,11 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         label_counts=counts,
         suites=(*(_suite_row(s) for s in summary.suites.values()), _suite_row(summary.total)),
         differences=tuple(differences),
-        unread=len(rows) - len(readable) + len(analyses) - len(readable_analyses),
-        events=tuple(
-            (str(e.get("event", "")), e.get("ok"), str(e.get("detail", ""))) for e in events
-        ),
+        unread=contents.unreadable,
+        problems=tuple(str(redactor(str(p))) for p in contents.problems),
+        lines=contents.lines,
+        torn=contents.torn,
+        events=tuple((e.event, e.ok, e.detail) for e in summary.events),
         command=str(header.get("command", "")),
         env=environment(header),
         header_json=json.dumps(header, indent=1, ensure_ascii=False),
@@ -260,7 +253,7 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         note=NOTE if redact else "Paths are shown unredacted (--no-redact).",
         quality=quality_view(
             summary.quality,
-            readable,
+            [r.to_dict() for r in rows],
             {p.key.removesuffix("::temp0"): p.anchor for p in prompts},
         ),
     )

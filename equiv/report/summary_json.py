@@ -22,13 +22,12 @@ def summary_of(results_path: str | os.PathLike[str]) -> RunSummary:
     """The `RunSummary` of a results file, naming the file and the run's mode and command."""
     results = ResultsFile(Path(results_path))
     header = results.header()
-    config = header.get("config") or {}
     return run_summary(
         summarize_file(results),
         results=str(results_path),
-        mode=config.get("mode"),
-        command=header.get("command", ""),
-        equiv=header.get("equiv"),
+        mode=header.config.get("mode"),
+        command=header.command,
+        equiv=header.equiv,
     )
 
 

@@ -79,9 +79,9 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
         console.print(line, highlight=False)
     # Text, not markup: details, differences and reasons carry file names and model text.
     for event in summary.events:
-        control = Text(f"control {event['event']}: ")
-        control.append(*(("ok", "green") if event.get("ok") else ("FAILED", "red")))
-        console.print(control.append(f" - {event['detail']}"), highlight=False)
+        control = Text(f"control {event.event}: ")
+        control.append(*(("ok", "green") if event.ok else ("FAILED", "red")))
+        console.print(control.append(f" - {event.detail}"), highlight=False)
     for difference in summary.differences:
         setup = Text("setup differs", style="magenta").append(f": {difference}", style="default")
         console.print(setup, highlight=False)
@@ -130,14 +130,16 @@ def print_sweep(rows: list[tuple[int, Summary]], console: Console | None = None)
 
 def print_prompts(results_path: Path, console: Console) -> None:
     """``-v``: each judged prompt's label and reason, one line each (model text escaped)."""
-    from equiv.records import ResultsFile
-    from equiv.verdicts.labels import verdict_of
+    from equiv.config import Mode
+    from equiv.records import AnalysisRecord, ResultRecord, ResultsFile
 
-    results = ResultsFile(results_path)
-    judged = [r for r in results.results() if r.get("mode", "temp0") == "temp0"]
-    for record in [*judged, *results.analyses()]:
-        verdict = verdict_of(record)
-        line = Text(f"{record['key']}  ")
+    contents = ResultsFile(results_path).read()
+    judged: list[ResultRecord | AnalysisRecord] = [
+        r for r in contents.results if r.mode is Mode.TEMP0
+    ]
+    for record in [*judged, *contents.analyses]:
+        verdict = record.judged
+        line = Text(f"{record.key}  ")
         line.append(verdict.label.value, style=_LABEL_STYLE[verdict.label])
         line.append(f"  {verdict.reason}")
         console.print(line, highlight=False)

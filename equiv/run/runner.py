@@ -20,8 +20,9 @@ from equiv.config import Mode, RunConfig
 from equiv.engines.base import Engine, EngineFactory, in_flight, rescorer, server_facts
 from equiv.engines.registry import build_engine
 from equiv.errors import ConfigError, EngineError, PromptError
-from equiv.records import Generation, ResultsFile
+from equiv.records import Control, EventRecord, Generation, ResultsContents, ResultsFile
 from equiv.run.inflight import completed
+from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
 from equiv.verdicts.classify import classify_sampling, classify_temp0, fingerprint_differences
 from equiv.verdicts.compare import compare
@@ -70,21 +71,31 @@ class Runner:
         self.extra_header = extra_header or {}
         self.differences: list[str] = []
         self._prompt_alpha = config.alpha
-        if engines is None:
-            self.baseline = build_engine(factory, config, speculative=False)
-            try:
-                self.speculative = build_engine(factory, config, speculative=True)
-            except BaseException:
-                self.baseline.close()
-                raise
-        else:
-            self.baseline, self.speculative = engines
+        # One process per results file for the runner's whole life, taken before any model
+        # loads: a second run on the same file is refused at once, naming this process.
+        self.lock = ResultsLock(results_path).acquire()
+        try:
+            if engines is None:
+                self.baseline = build_engine(factory, config, speculative=False)
+                try:
+                    self.speculative = build_engine(factory, config, speculative=True)
+                except BaseException:
+                    self.baseline.close()
+                    raise
+            else:
+                self.baseline, self.speculative = engines
+        except BaseException:
+            self.lock.release()
+            raise
         # Prompts in flight at once: engines that serve concurrent calls say how many.
         self.in_flight = min(in_flight(self.baseline), in_flight(self.speculative))
 
     def close(self) -> None:
-        self.baseline.close()
-        self.speculative.close()
+        try:
+            self.baseline.close()
+            self.speculative.close()
+        finally:
+            self.lock.release()
 
     def __enter__(self) -> Runner:
         return self
@@ -120,12 +131,10 @@ class Runner:
         return tokens
 
     def _check_resume(self, header: dict[str, Any]) -> None:
-        old = self.results.header()
-        if old.get("config") != header["config"]:
+        old = self.results.header().config
+        if old != header["config"]:
             changed = sorted(
-                k
-                for k in set(old.get("config", {})) | set(header["config"])
-                if old.get("config", {}).get(k) != header["config"].get(k)
+                k for k in set(old) | set(header["config"]) if old.get(k) != header["config"].get(k)
             )
             raise ConfigError(
                 f"cannot resume {self.results.path}: it was run with a different configuration "
@@ -179,19 +188,32 @@ class Runner:
         time (the pytest plugin) passes the suite's size.
         """
         header = self.header(command)
-        if self.results.exists():
+        contents = self.results.read()
+        if contents.header is None and not contents.replaceable:
+            self.results.header()  # not a results file: ResultsError naming its first line
+        # A file with a header and nothing else (a run stopped by an up-front check, or before
+        # its first result) holds nothing to keep: it is replaced, --resume or not.
+        fresh = contents.replaceable
+        if not fresh:
             if not resume:
                 raise ConfigError(
                     f"{self.results.path} already holds results; pass --resume to continue it, "
                     "or choose another --out directory"
                 )
             self._check_resume(header)
-            done = self.results.done_keys()
-        else:
-            self.results.write_header(header)
-            done = set()
+        done = set() if fresh else contents.done_keys
         todo = [item for item in items if item.key not in done]
+        # Every up-front check before anything is written.
+        if not fresh:
+            self._check_prompts(items, contents)
         prompt_tokens = self.tokenize(todo)
+        determinism = self.controls and not any(
+            e.event == Control.DETERMINISM for e in contents.events
+        )
+        if fresh:
+            self.results.write_header(header)
+        else:
+            self.results.cut_torn()  # a record a crash cut short: redone below, if a result
         # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.
         n_prompts = family_size or len({item.prompt.key for item in items})
         self._prompt_alpha = self.config.alpha / max(n_prompts, 1)
@@ -204,21 +226,33 @@ class Runner:
         # several are in flight), so a crash or Ctrl-C loses no finished result. The first
         # prompt and the determinism control run alone: a server's answer depends on what shares
         # its batch, and the control asks whether the engine repeats itself, not that.
-        alone = 1 if not done and self.controls else 0
+        alone = 1 if determinism else 0
         finished = itertools.chain(
             completed(run_item, todo[:alone], 1), completed(run_item, todo[alone:], self.in_flight)
         )
         for index, (item, record) in enumerate(finished):
             self.results.append_result(record)
             records.append(record)
-            if index == 0 and not done and self.controls:
-                self._determinism_control(item, prompt_tokens[item.prompt.key], record)
+            if index == 0 and determinism:
+                tokens = prompt_tokens[item.prompt.key]
+                self._determinism_control(item, tokens, record["baseline"]["tokens"])
+                determinism = False
             if on_result is not None:
                 on_result(item, record, index + 1, len(todo))
+        if determinism:
+            # Every result was there already, but the control was not (a crash right after the
+            # first result): run it on the first prompt that has a result.
+            stored = {r.key: r for r in self.results.read().results}
+            first = next((i for i in items if i.key in stored), None)
+            if first is not None:
+                tokens = self.tokenize([first])[first.prompt.key]
+                self._determinism_control(first, tokens, stored[first.key].baseline.tokens)
         if self.config.mode is Mode.SAMPLING:
             records.extend(self._analyze(items))
-        if self.controls:
-            self._self_draft_control()
+        if self.controls and (
+            records or not any(e.event == Control.SELF_DRAFT for e in contents.events)
+        ):
+            self._self_draft_control()  # over every result, whenever results were added
         return records
 
     def _batcher(self) -> Engine:
@@ -275,6 +309,7 @@ class Runner:
             "mode": item.mode.value,
             "seed": item.seed,
             "prompt": item.prompt.to_dict(),
+            "prompt_hash": item.prompt.content_hash,
             "baseline": base.to_dict(),
             "speculative": spec.to_dict(),
             "comparison": comparison.to_dict(),
@@ -327,8 +362,9 @@ class Runner:
 
     def _analyze(self, items: Sequence[PlanItem]) -> list[dict[str, Any]]:
         """One analysis record per prompt whose seeds are all done and not yet analysed."""
-        done = {r["key"]: r for r in self.results.results()}
-        analysed = {r["key"] for r in self.results.records() if r.get("kind") == "analysis"}
+        contents = self.results.read()
+        done = {r.key: r for r in contents.results}
+        analysed = {a.key for a in contents.analyses}
         has_logits = self.baseline.capabilities.full_logits and (
             self.speculative.capabilities.full_logits
         )
@@ -337,7 +373,7 @@ class Runner:
         for item in items:
             by_prompt.setdefault(item.prompt.key, []).append(item)
         for key, group in by_prompt.items():
-            seed_records = [done[i.key] for i in group if i.key in done]
+            seed_records = [done[i.key].to_dict() for i in group if i.key in done]
             akey = f"{key}::sampling"
             if akey in analysed or len(seed_records) < len(group):
                 continue
@@ -357,14 +393,13 @@ class Runner:
             out.append(record)
         return out
 
-    def _determinism_control(
-        self, item: PlanItem, tokens: list[int], first: dict[str, Any]
-    ) -> None:
-        """The baseline run twice must give the same tokens, or no comparison means anything."""
+    def _determinism_control(self, item: PlanItem, tokens: list[int], first: Sequence[int]) -> None:
+        """The baseline run twice must give the same tokens, or no comparison means anything.
+        ``first``: the tokens the baseline gave the first time."""
         again = self.baseline.generate(
             tokens, sampling=self.config.sampling, seed=item.seed, max_tokens=item.max_tokens
         )
-        ok = list(again.tokens) == first["baseline"]["tokens"]
+        ok = list(again.tokens) == list(first)
         detail = "baseline repeated on the first prompt gave identical tokens"
         if not ok:
             detail = (
@@ -372,13 +407,32 @@ class Runner:
                 "not deterministic, so differences cannot be blamed on speculative decoding"
             )
         self.results.append_event(
-            {"event": "determinism", "ok": ok, "key": item.key, "detail": detail}
+            EventRecord(event=Control.DETERMINISM.value, ok=ok, key=item.key, detail=detail)
         )
+
+    def _check_prompts(self, items: Sequence[PlanItem], contents: ResultsContents) -> None:
+        """A resumed run must not keep a result of a prompt whose text has changed since."""
+        stored = {r.key: r for r in contents.results}
+        changed = [
+            item.key
+            for item in items
+            if item.key in stored and stored[item.key].prompt_hash != item.prompt.content_hash
+        ]
+        if changed:
+            shown = ", ".join(changed[:5]) + (
+                f" and {len(changed) - 5} more" if changed[5:] else ""
+            )
+            raise ConfigError(
+                f"cannot resume {self.results.path}: the prompt of {shown} changed since its "
+                "result was recorded (its text, messages or max_tokens differ); restore the "
+                "suite, leave that prompt out (--prompt), or start a new run in another --out "
+                "directory"
+            )
 
     def _self_draft_control(self) -> None:
         if not self.config.self_draft or self.config.mode is not Mode.TEMP0:
             return
-        rate = summarize(self.results.results()).total.acceptance
+        rate = summarize(self.results.read().results).total.acceptance
         ok = rate is not None and rate >= SELF_DRAFT_MIN_ACCEPTANCE
         self.results.append_event(
             {

@@ -1,57 +1,7 @@
-"""The labels equiv gives and the verdict record that carries one with its evidence.
-
-Every result record (one prompt x mode) gets exactly one `Verdict` under the key ``verdict``;
-the classifier (``equiv/verdicts/classify.py``) decides it. Readers (report, plugin, CLI) use
-only this.
+"""The labels equiv gives and the verdict that carries one with its evidence: defined with the
+records that hold them (`equiv.records.verdict`), named here for the verdicts and their readers.
 """
 
-from __future__ import annotations
-
-import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from equiv.records.verdict import Label, Verdict, verdict_of
 
 __all__ = ["Label", "Verdict", "verdict_of"]
-
-
-class Label(str, enum.Enum):
-    """Why (or whether) the speculative path's output differs from the baseline's."""
-
-    EQUIVALENT = "equivalent"
-    NUMERIC_DRIFT = "numeric-drift"
-    SAMPLER_BUG = "sampler-bug"
-    MISCONFIGURATION = "misconfiguration"
-    INCONCLUSIVE = "inconclusive"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A label, one plain-language sentence saying why, and the numbers a human can check."""
-
-    label: Label
-    reason: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def equivalent(self) -> bool:
-        return self.label is Label.EQUIVALENT
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label.value, "reason": self.reason, "evidence": dict(self.evidence)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        return cls(Label(data["label"]), str(data["reason"]), dict(data.get("evidence", {})))
-
-
-def verdict_of(record: Mapping[str, Any]) -> Verdict:
-    """The verdict of a result record; records from before classification get a plain one."""
-    if record.get("verdict"):
-        return Verdict.from_dict(record["verdict"])
-    if record["comparison"]["identical"]:
-        return Verdict(Label.EQUIVALENT, "token IDs identical")
-    return Verdict(Label.INCONCLUSIVE, "outputs differ; not classified yet")

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from equiv.records import Generation
 from equiv.verdicts.labels import Label, verdict_of
 from equiv.verdicts.run_drift import run_drift
 from equiv.verdicts.summary import SuiteSummary, summarize
@@ -69,12 +70,13 @@ class RunRecords:
     @classmethod
     def from_file(cls, results: Any, name: str = "") -> RunRecords:
         """A `ResultsFile`'s records (``name``: how to call the run; default its path)."""
+        contents = results.read()
         return cls(
             name=name or str(results.path),
-            header=results.header(),
-            results=results.results(),
-            analyses=results.analyses(),
-            events=results.events(),
+            header=results.header().to_dict(),
+            results=[r.to_dict() for r in contents.results],
+            analyses=[a.to_dict() for a in contents.analyses],
+            events=[e.to_dict() for e in contents.events],
         )
 
     def labels(self) -> dict[str, str]:
@@ -304,7 +306,9 @@ def _change(a: Any, b: Any, room: int = 60) -> str:
 def _figures(record: Mapping[str, Any]) -> tuple[float, ...]:
     """(kl x rows, rows, accepted, drafted, base tokens, base s, spec tokens, spec s)."""
     s = SuiteSummary("one")
-    s.add({**record, "mode": "sampling"})  # speed and draft counts only: no label counted
+    s.add_generations(  # speed and draft counts only: no label counted
+        Generation.from_dict(record["baseline"]), Generation.from_dict(record["speculative"])
+    )
     d = run_drift([(record.get("comparison") or {}).get("drift")])
     rows = float(d.rows) if d else 0.0
     return (

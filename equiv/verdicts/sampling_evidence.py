@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.config import SamplingConfig
-from equiv.records import Judgement
+from equiv.records import Drift, Judgement
 from equiv.verdicts.chain import apply_penalties, chain_probs, pit_position
 from equiv.verdicts.stats import (
     TestResult,
@@ -268,18 +268,21 @@ def _first_tokens(records: Sequence[Mapping[str, Any]], path: str) -> Counter[in
 
 
 def _drift_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    drifts = [r["rescore_drift"] for r in records if r.get("rescore_drift")]
+    """The seeds' re-scoring drifts pooled into one `Drift` (means of the means, maxima of the
+    maxima), with the number of samples it pools."""
+    drifts = [Drift.from_dict(r["rescore_drift"]) for r in records if r.get("rescore_drift")]
     if not drifts:
         return None
-    return {
-        "samples": len(drifts),
-        "rows": sum(d["n"] for d in drifts),
-        "kl_mean": float(np.mean([d["kl_mean"] for d in drifts])),
-        "kl_p99": max(d["kl_p99"] for d in drifts),
-        "kl_max": max(d["kl_max"] for d in drifts),
-        "max_abs_logit_delta": max(d["max_abs_logit_delta"] for d in drifts),
-        "top1_agreement": float(np.mean([d["top1_agreement"] for d in drifts])),
-    }
+    p99 = [d.kl_p99 for d in drifts if d.kl_p99 is not None]
+    pooled = Drift(
+        rows=sum(d.rows for d in drifts),
+        kl_mean=float(np.mean([d.kl_mean for d in drifts])),
+        kl_p99=max(p99) if p99 else None,
+        kl_max=max(d.kl_max for d in drifts),
+        max_abs_logit_delta=max(d.max_abs_logit_delta for d in drifts),
+        top1_agreement=float(np.mean([d.top1_agreement for d in drifts])),
+    )
+    return {"samples": len(drifts), **pooled.to_dict()}
 
 
 def analyze_prompt(

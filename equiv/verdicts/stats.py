@@ -23,10 +23,10 @@ import numpy.typing as npt
 from scipy import stats as sps
 
 from equiv.errors import ConfigError
+from equiv.records.comparison import Drift
 
 __all__ = [
     "FORCED_TOL",
-    "DriftMetrics",
     "TestResult",
     "acceptance_rate_test",
     "benjamini_hochberg",
@@ -506,33 +506,6 @@ def mann_whitney(a: npt.ArrayLike, b: npt.ArrayLike, *, alpha: float) -> TestRes
     return TestResult("mann_whitney", u_a, p, alpha, n, None, None, cles, detail)
 
 
-@dataclass(frozen=True)
-class DriftMetrics:
-    """How far two engines' logits for the same positions are apart (the figures
-    ``llama-perplexity --kl-divergence`` reports). KL is in nats."""
-
-    n: int
-    kl_mean: float
-    kl_p99: float
-    kl_max: float
-    max_abs_logit_delta: float
-    top1_agreement: float
-    # Each row's KL, in row order, where asked for (`drift_metrics(..., rows=True)`): run-level
-    # percentiles pool the rows of every prompt.
-    kl_rows: tuple[float, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        if not self.kl_rows:
-            del data["kl_rows"]
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DriftMetrics:
-        rows = tuple(float(x) for x in data.get("kl_rows", ()))
-        return cls(**_fields_from(cls, {**data, "kl_rows": None}), kl_rows=rows)
-
-
 def _row_kl(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
     """KL(softmax a || softmax b) of one row: float32 arithmetic, float64 sums."""
     za, zb = a - a.max(), b - b.max()
@@ -580,9 +553,7 @@ def _row_drift(
     return max(cross - math.log(sa) + math.log(sb), 0.0), delta, ia == ib
 
 
-def drift_metrics(
-    logits_a: npt.ArrayLike, logits_b: npt.ArrayLike, *, rows: bool = False
-) -> DriftMetrics:
+def drift_metrics(logits_a: npt.ArrayLike, logits_b: npt.ArrayLike, *, rows: bool = False) -> Drift:
     """Per-row ``KL(P_a || P_b) = sum_i P_a(i) (log P_a(i) - log P_b(i))`` with ``P =
     softmax(logits)``, summarised by mean, 99th percentile (linear interpolation) and max; the
     largest ``|l_a - l_b|`` over all entries (0 where both are -inf); and the fraction of rows
@@ -603,8 +574,8 @@ def drift_metrics(
     delta = max(r[1] for r in per_row)
     with np.errstate(invalid="ignore"):  # a percentile between two infinities
         p99 = float(np.percentile(kl, 99))
-    return DriftMetrics(
-        n=int(a.shape[0]),
+    return Drift(
+        rows=int(a.shape[0]),
         kl_mean=float(kl.mean()),
         kl_p99=math.inf if math.isnan(p99) else p99,
         kl_max=float(kl.max()),

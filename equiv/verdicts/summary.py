@@ -1,4 +1,8 @@
-"""Run-level figures derived once from the result records, shared by the CLI, report and plugin."""
+"""Run-level figures derived once from the result records, shared by the CLI, report and plugin.
+
+They add up the figures of each `Generation` (`equiv.records.generation`: draft counts, decode
+tokens and seconds); the rates (acceptance, tokens/s, speed-up) are taken from the sums here.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from equiv.records import (
+    AnalysisRecord,
+    EventRecord,
+    Generation,
+    ResultRecord,
+    ResultsContents,
+    ResultsFile,
+    decode_rate,
+    speedup,
+)
 from equiv.verdicts.classify import run_verdict
-from equiv.verdicts.labels import Label, verdict_of
+from equiv.verdicts.labels import Label
 from equiv.verdicts.quality import (
     DEFAULT_MARGIN_POINTS,
     Quality,
@@ -60,34 +74,34 @@ class SuiteSummary:
 
     @property
     def baseline_tps(self) -> float:
-        return self.baseline_tokens / self.baseline_decode_s if self.baseline_decode_s else 0.0
+        return decode_rate(self.baseline_tokens, self.baseline_decode_s)
 
     @property
     def speculative_tps(self) -> float:
-        s = self.speculative_decode_s
-        return self.speculative_tokens / s if s else 0.0
+        return decode_rate(self.speculative_tokens, self.speculative_decode_s)
 
-    def add(self, record: Mapping[str, Any]) -> None:
+    def add(self, record: ResultRecord) -> None:
         """A result record: temp-0 records count as prompts; sampling seeds only add speed."""
-        if record.get("mode", "temp0") == "temp0":
+        if record.mode.value == "temp0":
             self.prompts += 1
-            self.labels[verdict_of(record).label.value] += 1
-            if record["comparison"]["identical"]:
+            self.labels[record.judged.label.value] += 1
+            if record.comparison.identical:
                 self.identical += 1
             else:
                 self.diverged += 1
-        for step in record["speculative"]["draft_steps"]:
-            if not step[3]:
-                self.drafted += step[1]
-                self.accepted += step[2]
-                self.rounds += step[0] >= 0 and step[1] > 0
-                self.aggregated |= step[0] < 0
-        self.draft_s += record["speculative"].get("draft_s", 0.0)
-        for path in ("baseline", "speculative"):
-            gen = record[path]
-            n = max(len(gen["tokens"]) - 1, 0)  # the first token's time is prompt evaluation
-            setattr(self, f"{path}_tokens", getattr(self, f"{path}_tokens") + n)
-            setattr(self, f"{path}_decode_s", getattr(self, f"{path}_decode_s") + gen["t_decode_s"])
+        self.add_generations(record.baseline, record.speculative)
+
+    def add_generations(self, baseline: Generation, speculative: Generation) -> None:
+        """One prompt's speeds and draft counts (every mode, every seed)."""
+        self.drafted += speculative.drafted
+        self.accepted += speculative.accepted
+        self.rounds += speculative.rounds
+        self.aggregated |= speculative.per_request
+        self.draft_s += speculative.draft_s
+        self.baseline_tokens += baseline.decode_tokens
+        self.baseline_decode_s += baseline.t_decode_s
+        self.speculative_tokens += speculative.decode_tokens
+        self.speculative_decode_s += speculative.t_decode_s
 
     @property
     def mean_accepted(self) -> float | None:
@@ -115,14 +129,12 @@ class SuiteSummary:
 
     @property
     def measured_speedup(self) -> float | None:
-        if not self.baseline_tps or not self.speculative_tps:
-            return None
-        return self.speculative_tps / self.baseline_tps
+        return speedup(self.baseline_tps, self.speculative_tps)
 
-    def add_analysis(self, record: Mapping[str, Any]) -> None:
+    def add_analysis(self, record: AnalysisRecord) -> None:
         """A sampling-mode prompt: its verdict over all seeds."""
         self.prompts += 1
-        self.labels[verdict_of(record).label.value] += 1
+        self.labels[record.judged.label.value] += 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -142,7 +154,7 @@ class SuiteSummary:
 class Summary:
     suites: dict[str, SuiteSummary] = field(default_factory=dict)
     total: SuiteSummary = field(default_factory=lambda: SuiteSummary("all"))
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[EventRecord] = field(default_factory=list)
 
     differences: list[str] = field(default_factory=list)
     # Graded prompts: one answer per mode present (temp 0 first), see equiv.verdicts.quality.
@@ -186,21 +198,29 @@ class Summary:
         return f"{verdict.label.value.upper()}: {verdict.reason} ({counts}{acc})"
 
     @property
-    def failed_controls(self) -> list[dict[str, Any]]:
-        return [e for e in self.events if e.get("ok") is False]
+    def failed_controls(self) -> list[EventRecord]:
+        return [e for e in self.events if e.failed]
 
 
 def summarize(
-    records: Iterable[Mapping[str, Any]],
-    events: Iterable[Mapping[str, Any]] = (),
-    analyses: Iterable[Mapping[str, Any]] = (),
+    records: Iterable[ResultRecord | Mapping[str, Any]],
+    events: Iterable[EventRecord | Mapping[str, Any]] = (),
+    analyses: Iterable[AnalysisRecord | Mapping[str, Any]] = (),
     *,
     differences: Iterable[str] = (),
     quality_margin: float = DEFAULT_MARGIN_POINTS,
 ) -> Summary:
-    summary = Summary(events=[dict(e) for e in events], differences=list(differences))
-    records = list(records)
-    graded = samples_from_records(records)
+    """The figures of typed records (plain dicts, as a plugin worker ships them, are read as
+    records first: a malformed one raises `equiv.records.FieldError`)."""
+    summary = Summary(
+        events=[e if isinstance(e, EventRecord) else EventRecord.from_dict(e) for e in events],
+        differences=list(differences),
+    )
+    results = [r if isinstance(r, ResultRecord) else ResultRecord.from_dict(r) for r in records]
+    analysed = [
+        a if isinstance(a, AnalysisRecord) else AnalysisRecord.from_dict(a) for a in analyses
+    ]
+    graded = samples_from_records(r.to_dict() for r in results)
     by_mode = [
         (True, [s for s in graded if s.seed is None]),
         (False, [s for s in graded if s.seed is not None]),
@@ -210,27 +230,31 @@ def summarize(
         for temp0, samples in by_mode
         if (q := quality(samples, temp0=temp0, margin_points=quality_margin)) is not None
     )
-    for record in records:
-        suite = str(record["suite"])
-        summary.suites.setdefault(suite, SuiteSummary(suite)).add(record)
+    for record in results:
+        summary.suites.setdefault(record.suite, SuiteSummary(record.suite)).add(record)
         summary.total.add(record)
-    summary.drift = run_drift((r.get("comparison") or {}).get("drift") for r in records)
-    for record in analyses:
-        suite = str(record["suite"])
-        summary.suites.setdefault(suite, SuiteSummary(suite)).add_analysis(record)
-        summary.total.add_analysis(record)
+    summary.drift = run_drift(
+        r.comparison.drift.to_dict() if r.comparison.drift is not None else None for r in results
+    )
+    for analysis in analysed:
+        summary.suites.setdefault(analysis.suite, SuiteSummary(analysis.suite)).add_analysis(
+            analysis
+        )
+        summary.total.add_analysis(analysis)
     return summary
 
 
-def summarize_file(results: Any) -> Summary:
-    """The summary of a `ResultsFile`."""
-    header = results.header()
+def summarize_file(results: ResultsFile | ResultsContents) -> Summary:
+    """The summary of a results file (read once), or of what was read from one."""
+    contents = results.read() if isinstance(results, ResultsFile) else results
+    header = contents.header
+    config = header.config if header is not None else {}
     return summarize(
-        results.results(),
-        results.events(),
-        results.analyses(),
-        differences=header.get("differences", []),
-        quality_margin=float(header.get("config", {}).get("quality_margin", DEFAULT_MARGIN_POINTS)),
+        contents.results,
+        contents.events,
+        contents.analyses,
+        differences=header.differences if header is not None else (),
+        quality_margin=float(config.get("quality_margin", DEFAULT_MARGIN_POINTS)),
     )
 
 
@@ -326,10 +350,7 @@ def run_summary(summary: Summary, **extra: Any) -> RunSummary:
         conclusion=summary.conclusion,
         prompts=t.prompts,
         labels=tuple(labels),
-        controls=tuple(
-            Control(str(e["event"]), bool(e.get("ok")), str(e.get("detail", "")))
-            for e in summary.events
-        ),
+        controls=tuple(Control(e.event, bool(e.ok), e.detail) for e in summary.events),
         speed=Speed(
             baseline_tps=t.baseline_tps,
             speculative_tps=t.speculative_tps,

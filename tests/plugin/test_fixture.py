@@ -13,7 +13,7 @@ def test_text(equiv_check):
     check = equiv_check("all the same", max_tokens=3)
     assert check.equivalent
     assert check.label == "equivalent"
-    assert len(check.record["baseline"]["tokens"]) == 3
+    assert check.record.baseline.n_tokens == 3
 
 def test_chat_messages(equiv_check):
     assert equiv_check([{"role": "user", "content": "hi"}]).equivalent

@@ -1,37 +1,43 @@
-"""Result records and the JSONL results file, the run's source of truth.
+"""What one engine path produced for one prompt, and the figures derived from it.
 
-The file holds one ``header`` record (configuration and both paths' fingerprints), then one
-``result`` record per prompt x mode x seed, appended and flushed as each finishes, so a crash or
-Ctrl-C loses nothing finished and ``--resume`` skips what is done. Reports are rendered from this
-file alone.
+The draft counts (drafted, accepted, rounds), the decode speed and the speed-up are each computed
+here and nowhere else: `Generation.drafted` / `accepted` / `rounds` / `decode_tokens`,
+`decode_rate` (tokens per second) and `speedup`; the run's summary adds up the same properties.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-from equiv.errors import ConfigError
+from equiv.records.fields import FieldError, Fields, describe
 
 __all__ = [
-    "SCHEMA_VERSION",
     "DraftStep",
     "Generation",
     "Judgement",
-    "ResultsFile",
     "TokenAlternatives",
+    "decode_rate",
+    "speedup",
 ]
 
-SCHEMA_VERSION = 1
+
 _TOP_WINDOW = 8.0  # logits below the row's maximum searched first for its top k
 _TOP_MAX = 4096  # more candidates than this within the window: partition the row instead
+
+
+def decode_rate(tokens: int, seconds: float) -> float:
+    """Decode speed in tokens per second (0 when nothing was timed)."""
+    return tokens / seconds if tokens > 0 and seconds > 0 else 0.0
+
+
+def speedup(baseline_tps: float, speculative_tps: float) -> float | None:
+    """The speculative path's decode speed over the baseline's (None where either is unknown)."""
+    return speculative_tps / baseline_tps if baseline_tps and speculative_tps else None
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,12 @@ class TokenAlternatives:
         return {"ids": list(self.ids), "logits": list(self.logits)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TokenAlternatives:
-        return cls(ids=tuple(data["ids"]), logits=tuple(data["logits"]))
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> TokenAlternatives:
+        f = Fields(data, where)
+        ids, logits = f.ints("ids"), f.numbers("logits")
+        if len(ids) != len(logits):
+            f.fail("logits", f"has {len(logits)} entries for {len(ids)} ids")
+        return cls(ids=ids, logits=logits)
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,19 @@ class DraftStep:
         return [self.pos, self.drafted, self.accepted, self.truncated]
 
     @classmethod
-    def from_dict(cls, data: list[Any]) -> DraftStep:
+    def from_dict(cls, data: Sequence[Any], where: str = "draft step") -> DraftStep:
+        ok = isinstance(data, list | tuple) and len(data) == 4
+        if ok:
+            pos, drafted, accepted, truncated = data
+            ints = (pos, drafted, accepted)
+            ok = all(isinstance(x, int) and not isinstance(x, bool) for x in ints)
+            ok = ok and isinstance(truncated, bool) and drafted >= 0 and accepted >= 0
+        if not ok:
+            raise FieldError(
+                where,
+                f"expected [pos, drafted, accepted, truncated], found {describe(data)}"
+                + (f" {list(data)!r}"[:60] if isinstance(data, list | tuple) else ""),
+            )
         return cls(int(data[0]), int(data[1]), int(data[2]), bool(data[3]))
 
 
@@ -135,18 +157,34 @@ class Generation:
         return len(self.tokens)
 
     @property
+    def decode_tokens(self) -> int:
+        """Tokens decoded after the first (whose time is prompt evaluation)."""
+        return max(len(self.tokens) - 1, 0)
+
+    @property
     def tokens_per_s(self) -> float:
         """Decode speed, excluding the first token (which includes prompt evaluation)."""
-        n = len(self.tokens) - 1
-        return n / self.t_decode_s if n > 0 and self.t_decode_s > 0 else 0.0
+        return decode_rate(self.decode_tokens, self.t_decode_s)
 
     @property
     def drafted(self) -> int:
+        """Draft tokens proposed, over the rounds that ended inside the generation."""
         return sum(s.drafted for s in self.draft_steps if not s.truncated)
 
     @property
     def accepted(self) -> int:
+        """Draft tokens the target kept, over the rounds that ended inside the generation."""
         return sum(s.accepted for s in self.draft_steps if not s.truncated)
+
+    @property
+    def rounds(self) -> int:
+        """Drafting rounds that proposed something (unknown, 0, for per-request counts)."""
+        return sum(1 for s in self.draft_steps if not s.truncated and s.pos >= 0 and s.drafted > 0)
+
+    @property
+    def per_request(self) -> bool:
+        """Some draft counts came per request, without rounds (a server)."""
+        return any(s.pos < 0 for s in self.draft_steps if not s.truncated)
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -172,95 +210,49 @@ class Generation:
             "seed": self.seed,
         }
 
+    #: The keys `to_dict` writes; a record's other keys of a path are evidence kept beside it.
+    KEYS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "path",
+            "prompt_tokens",
+            "tokens",
+            "pieces",
+            "text",
+            "stop_reason",
+            "alternatives",
+            "t_prompt_s",
+            "t_decode_s",
+            "draft_steps",
+            "draft_s",
+            "seed",
+        }
+    )
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Generation:
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> Generation:
+        f = Fields(data, where)
+        tokens = f.ints("tokens")
+        pieces = f.strs("pieces")
+        if len(pieces) != len(tokens):
+            f.fail("pieces", f"has {len(pieces)} entries for {len(tokens)} tokens")
+        alternatives = f.array("alternatives")
+        steps = f.array("draft_steps", [])
         return cls(
-            path=data["path"],
-            prompt_tokens=tuple(data["prompt_tokens"]),
-            tokens=tuple(data["tokens"]),
-            pieces=tuple(data["pieces"]),
-            text=data["text"],
-            stop_reason=data["stop_reason"],
-            alternatives=tuple(TokenAlternatives.from_dict(a) for a in data["alternatives"]),
-            t_prompt_s=float(data["t_prompt_s"]),
-            t_decode_s=float(data["t_decode_s"]),
-            draft_steps=tuple(DraftStep.from_dict(s) for s in data.get("draft_steps", [])),
-            draft_s=float(data.get("draft_s", 0.0)),
-            seed=data.get("seed"),
+            path=f.text("path"),
+            prompt_tokens=f.ints("prompt_tokens"),
+            tokens=tokens,
+            pieces=pieces,
+            text=f.text("text"),
+            stop_reason=f.text("stop_reason"),
+            alternatives=tuple(
+                TokenAlternatives.from_dict(a, f.name(f"alternatives[{i}]"))
+                for i, a in enumerate(alternatives)
+            ),
+            t_prompt_s=f.number("t_prompt_s"),
+            t_decode_s=f.number("t_decode_s"),
+            draft_steps=tuple(
+                DraftStep.from_dict(s, f.name(f"draft_steps[{i}]")) for i, s in enumerate(steps)
+            ),
+            draft_s=f.number("draft_s", 0.0),
+            seed=f.integer("seed", None),
         )
-
-
-class ResultsFile:
-    """An append-only JSONL file: a header line, then one line per finished result.
-
-    Each record is written with a single ``write`` of one line, flushed and fsynced, so an
-    interrupted run leaves at worst a torn last line, which reading skips.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def exists(self) -> bool:
-        return self.path.is_file() and self.path.stat().st_size > 0
-
-    def records(self) -> Iterator[dict[str, Any]]:
-        with self.path.open(encoding="utf-8") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line torn by a crash: the result is simply redone
-                if isinstance(record, dict):
-                    yield record
-
-    def header(self) -> dict[str, Any]:
-        for record in self.records():
-            if record.get("kind") == "header":
-                return record
-            break
-        raise ConfigError(
-            f"{self.path} has no header line; it is not an equiv results file "
-            "(or it was cut before the first line): start a new run"
-        )
-
-    def results(self) -> list[dict[str, Any]]:
-        return [r for r in self.records() if r.get("kind") == "result"]
-
-    def done_keys(self) -> set[str]:
-        return {str(r["key"]) for r in self.results()}
-
-    def _append(self, record: Mapping[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
-        if self.path.is_file() and self.path.stat().st_size > 0:
-            with self.path.open("rb") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":  # a torn line from a crash: start a fresh line
-                    line = "\n" + line
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
-
-    def write_header(self, header: Mapping[str, Any]) -> None:
-        self._append({"kind": "header", "schema": SCHEMA_VERSION, **header})
-
-    def append_result(self, record: Mapping[str, Any]) -> None:
-        self._append({"kind": "result", **record})
-
-    def append_analysis(self, record: Mapping[str, Any]) -> None:
-        """A prompt's distribution tests over all its seeds (sampling mode)."""
-        self._append({"kind": "analysis", **record})
-
-    def analyses(self) -> list[dict[str, Any]]:
-        return [r for r in self.records() if r.get("kind") == "analysis"]
-
-    def append_event(self, record: Mapping[str, Any]) -> None:
-        """Run-level facts found while running (controls, warnings)."""
-        self._append({"kind": "event", **record})
-
-    def events(self) -> list[dict[str, Any]]:
-        return [r for r in self.records() if r.get("kind") == "event"]

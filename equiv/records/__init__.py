@@ -1,0 +1,64 @@
+"""The records of a run and the results file that holds them, the run's source of truth.
+
+- `equiv.records.generation`: what one engine path produced (`Generation`, its draft rounds and
+  top-k), and the figures derived from it: draft counts, decode speed, speed-up (each computed
+  there only);
+- `equiv.records.comparison`: the comparison of two generations as recorded, and `Drift`, the one
+  type for how far two sets of logits rows are apart;
+- `equiv.records.kinds`: the four kinds of line (`Kind`): `HeaderRecord`, `ResultRecord`,
+  `AnalysisRecord`, `EventRecord`, each validated on reading (`FieldError` names the field);
+- `equiv.records.verdict`: the `Label` a result gets and the `Verdict` that carries it;
+- `equiv.records.file`: `ResultsFile`, read once into typed records with every unreadable line
+  named (`LineProblem`), appended one whole line at a time.
+"""
+
+from equiv.records.comparison import Comparison, Divergence, Drift
+from equiv.records.fields import FieldError
+from equiv.records.file import LineProblem, ResultsContents, ResultsFile
+from equiv.records.generation import (
+    DraftStep,
+    Generation,
+    Judgement,
+    TokenAlternatives,
+    decode_rate,
+    speedup,
+)
+from equiv.records.kinds import (
+    SCHEMA_VERSION,
+    AnalysisRecord,
+    Control,
+    EventRecord,
+    HeaderRecord,
+    Kind,
+    Record,
+    ResultRecord,
+    parse_record,
+)
+from equiv.records.verdict import Label, Verdict
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AnalysisRecord",
+    "Comparison",
+    "Control",
+    "Divergence",
+    "DraftStep",
+    "Drift",
+    "EventRecord",
+    "FieldError",
+    "Generation",
+    "HeaderRecord",
+    "Judgement",
+    "Kind",
+    "Label",
+    "LineProblem",
+    "Record",
+    "ResultRecord",
+    "ResultsContents",
+    "ResultsFile",
+    "TokenAlternatives",
+    "Verdict",
+    "decode_rate",
+    "parse_record",
+    "speedup",
+]
