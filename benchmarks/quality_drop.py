@@ -10,6 +10,8 @@ be found significant with 80 % power (one-sided, 5 %).
 
     python benchmarks/quality_drop.py --mode temp0 \\
         --engines llamacpp,reference:correct,reference:off_by_one
+    python benchmarks/quality_drop.py --mode temp0 --engines reference:off_by_one \\
+        --baseline-from /tmp/q/llamacpp-temp0.jsonl   # the speculative path only
     python benchmarks/quality_drop.py --mode sampling --seeds 16 \\
         --engines reference:correct,reference:top2,reference:off_by_one \\
         --prompt 'code/py_*' --prompt 'reasoning/fill_*'
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +33,8 @@ from equiv.prompts import Prompt, load_suites
 from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.quality import Quality
+from equiv.verdicts.graders import Outcome, grade_pair
+from equiv.verdicts.quality import GradedSample, Quality, quality
 from equiv.verdicts.summary import summarize_file
 
 
@@ -46,18 +50,7 @@ def graded_prompts(globs: list[str]) -> list[Prompt]:
 def run_engine(
     engine: str, prompts: list[Prompt], args: argparse.Namespace, out: Path
 ) -> tuple[Quality, float]:
-    pair = resolve_pair()
-    sampling = args.mode == "sampling"
-    config = RunConfig(
-        target=pair.target,
-        draft=pair.draft,
-        mode=Mode.SAMPLING if sampling else Mode.TEMP0,
-        sampling=SamplingConfig(temp=args.temp) if sampling else SamplingConfig(temp=0.0),
-        seeds=tuple(range(1, args.seeds + 1)) if sampling else (),
-        draft_config=DraftConfig(draft_max=args.draft_max),
-        engine=engine,
-        quality_margin=args.margin,
-    )
+    config = make_config(engine, args)
     path = out / f"{engine.replace(':', '_')}-{args.mode}.jsonl"
     start = time.perf_counter()
     with Runner(config, load_factory(engine), path, controls=False) as runner:
@@ -67,6 +60,71 @@ def run_engine(
     if not summary.quality:
         raise SystemExit(f"{engine}: nothing could be graded")
     return summary.quality[0], seconds
+
+
+def make_config(engine: str, args: argparse.Namespace) -> RunConfig:
+    pair = resolve_pair()
+    sampling = args.mode == "sampling"
+    return RunConfig(
+        target=pair.target,
+        draft=pair.draft,
+        mode=Mode.SAMPLING if sampling else Mode.TEMP0,
+        sampling=SamplingConfig(temp=args.temp) if sampling else SamplingConfig(temp=0.0),
+        seeds=tuple(range(1, args.seeds + 1)) if sampling else (),
+        draft_config=DraftConfig(draft_max=args.draft_max),
+        engine=engine,
+        quality_margin=args.margin,
+    )
+
+
+def run_speculative_only(
+    engine: str, prompts: list[Prompt], args: argparse.Namespace, out: Path
+) -> tuple[Quality, float]:
+    """Only the speculative path of ``engine``, against the baseline answers of an earlier run
+    (``--baseline-from``: the same plain llama-cpp-python baseline, same prompts, temp 0 or the
+    same seeds). Half the generations and no classification (flips carry no label)."""
+    config = make_config(engine, args)
+    start = time.perf_counter()
+    spec = load_factory(engine)(config, speculative=True)
+    items = plan(prompts, config)
+    texts: dict[str, str] = {}
+    path = out / f"{engine.replace(':', '_')}-{args.mode}-speculative.jsonl"
+    try:
+        with path.open("w", encoding="utf-8") as log:
+            for item in items:
+                gen = spec.generate(
+                    spec.prompt_tokens(item.prompt),
+                    sampling=config.for_path(speculative=True).sampling,
+                    seed=item.seed,
+                    max_tokens=item.max_tokens,
+                )
+                texts[item.key] = gen.text
+                log.write(json.dumps({"key": item.key, "text": gen.text}) + "\n")
+                log.flush()
+    finally:
+        spec.close()
+    # The baseline answers are read only now: the run that makes them may still be going.
+    baseline = {r["key"]: r["baseline"]["text"] for r in ResultsFile(args.baseline_from).results()}
+    samples = []
+    for item in items:
+        if item.key not in baseline:
+            raise SystemExit(f"{item.key} is not in {args.baseline_from}; run it there first")
+        grades = grade_pair(
+            item.prompt.grader_spec, item.prompt.text, baseline[item.key], texts[item.key]
+        )
+        samples.append(
+            GradedSample(
+                item.prompt.key,
+                item.prompt.suite,
+                item.seed,
+                Outcome(grades["baseline"]["outcome"]),
+                Outcome(grades["speculative"]["outcome"]),
+            )
+        )
+    q = quality(samples, temp0=args.mode == "temp0", margin_points=args.margin)
+    if q is None:
+        raise SystemExit(f"{engine}: nothing could be graded")
+    return q, time.perf_counter() - start
 
 
 def row(engine: str, q: Quality, seconds: float) -> str:
@@ -92,6 +150,11 @@ def main() -> None:
     ap.add_argument("--margin", type=float, default=3.0, help="quality margin, points")
     ap.add_argument("--prompt", action="append", default=[], help="glob of suite/id")
     ap.add_argument("--out", type=Path, help="keep the results files here")
+    ap.add_argument(
+        "--baseline-from",
+        type=Path,
+        help="results.jsonl of an earlier run of the same prompts: run only the speculative path",
+    )
     args = ap.parse_args()
     prompts = graded_prompts(args.prompt)
     out = args.out or Path(tempfile.mkdtemp(prefix="equiv-quality-"))
@@ -104,9 +167,15 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     lines = []
     for engine in args.engines.split(","):
-        q, seconds = run_engine(engine, prompts, args, out)
+        run = run_speculative_only if args.baseline_from else run_engine
+        q, seconds = run(engine, prompts, args, out)
         print(row(engine, q, seconds), flush=True)
         lines.append(f"{engine}: {q.line}\n  {q.answer_line}")
+        lines.extend(
+            f"  {p.prompt}: baseline {p.baseline.passed}/{p.baseline.n}, "
+            f"speculative {p.speculative.passed}/{p.speculative.n}"
+            for p in q.prompts
+        )
         if q.flips:
             lines.append(
                 "  flips: "
