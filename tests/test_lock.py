@@ -47,10 +47,11 @@ def test_another_process_holding_the_lock_is_named(tmp_path):
     finally:
         holder.send_signal(signal.SIGKILL)  # kill -9: the lock goes with the process
         holder.communicate()
+    assert lock_path(results).is_file()  # left by the killed process: harmless
     with ResultsLock(results) as lock:
         assert lock.held
         assert lock_path(results).read_text().split("\n")[0] == str(os.getpid())
-    assert lock_path(results).read_text() == ""  # released: no PID left behind
+    assert not lock_path(results).exists()  # released: nothing left behind
 
 
 def test_a_second_lock_in_one_process_is_refused_and_release_is_idempotent(tmp_path):
@@ -89,3 +90,28 @@ def test_out_must_be_a_directory(tmp_path):
     with pytest.raises(ConfigError, match=r"results\.jsonl is not a file"):
         check_out_dir(tmp_path / "d")
     assert check_out_dir(tmp_path / "new") == tmp_path / "new"
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_taken_by_mistake(tmp_path, monkeypatch):
+    """A run that opened the lock file just before its holder removed it locks a file no longer
+    at the path: it must see that, and take the file that is there now."""
+    results = tmp_path / "results.jsonl"
+    real_open = ResultsLock._open
+    stale = tmp_path / "stale"
+    opened = []
+
+    def open_stale_first(self):
+        if not opened:  # the file its holder removes as it lets go
+            opened.append(os.open(stale, os.O_RDWR | os.O_CREAT))
+            stale.unlink()
+            return opened[0]
+        return real_open(self)
+
+    monkeypatch.setattr(ResultsLock, "_open", open_stale_first)
+    lock = ResultsLock(results).acquire()
+    assert opened  # the stale file was tried first
+    assert os.fstat(lock._fd).st_ino == os.stat(lock_path(results)).st_ino
+    monkeypatch.setattr(ResultsLock, "_open", real_open)
+    with pytest.raises(ResultsLockedError):
+        ResultsLock(results).acquire()
+    lock.release()

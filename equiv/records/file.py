@@ -184,7 +184,7 @@ class ResultsFile:
                     torn, size = True, len(data) - len(raw)
                     continue
                 problems.append(
-                    LineProblem(lineno, f"not valid JSON ({exc.msg} at column {exc.colno})")
+                    LineProblem(lineno, f"not valid JSON: {exc.msg}, column {exc.colno}")
                 )
                 continue
             except RecursionError:

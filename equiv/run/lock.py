@@ -5,7 +5,7 @@ and writes its PID and command line into it. A second run on the same results (a
 ``equiv run --resume``, a plugin session, ``equiv minimize``) gets `ResultsLockedError` naming
 the process that holds it, at once, before any model loads. The operating system releases the
 lock when its process ends, however it ends (kill -9 included), so a stale lock file never
-blocks anything: the file stays, and the next run takes the lock on it.
+blocks anything: the next run takes the lock on it. A run that ends normally removes the file.
 
 `check_out_dir` is the up-front check of an ``--out`` directory, before anything is loaded.
 """
@@ -58,41 +58,54 @@ class ResultsLock:
             return self
         if fcntl is None:  # pragma: no cover - no advisory locks on this platform
             return self
+        while True:
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                try:
+                    text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+                finally:
+                    os.close(fd)
+                raise ResultsLockedError(
+                    f"{self.results_path} is in use by {_holder(text)}: two runs cannot write "
+                    "one results file. Wait for that run to finish (or stop it), or choose "
+                    "another --out directory"
+                ) from None
+            # The holder before us removes the file as it lets go: a lock on a file no longer
+            # at this path locks nothing, so take the one that is there now.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        command = " ".join(sys.argv)[:500]
+        with contextlib.suppress(OSError):  # the lock holds without the note (a full disk)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode("utf-8", "replace"), 0)
+        self._fd = fd
+        return self
+
+    def _open(self) -> int:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise ResultsError(
                 f"cannot create the lock file {self.path}: {exc.strerror or exc}; "
                 "check that the --out directory is writable"
             ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            try:
-                text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
-            finally:
-                os.close(fd)
-            raise ResultsLockedError(
-                f"{self.results_path} is in use by {_holder(text)}: two runs cannot write one "
-                "results file. Wait for that run to finish (or stop it), or choose another "
-                "--out directory"
-            ) from None
-        command = " ".join(sys.argv)[:500]
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n{command}\n".encode("utf-8", "replace"), 0)
-        except OSError:
-            pass  # the lock holds without the note (a full disk, say)
-        self._fd = fd
-        return self
 
     def release(self) -> None:
+        """Remove the lock file and let go (a lock file left by a killed process is harmless:
+        the next run takes it)."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
         with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)  # no PID left behind for a process that is gone
+            os.unlink(self.path)  # while held: nobody can have taken it meanwhile
         os.close(fd)  # closing the last descriptor releases the flock
 
     def __enter__(self) -> ResultsLock:
