@@ -106,7 +106,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
 
 
-
 @pytest.fixture(scope="session")
 def model_pair() -> Any:
     """The bundled Gemma 3 270M Q4_K_M target and its derived Q4_0 draft (built once, cached)."""

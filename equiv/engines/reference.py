@@ -10,7 +10,8 @@ Fault-injected variants are chosen by name (``equiv.engines.acceptance_rules.Rul
 ``greedy`` (accept iff the draft token is the target's argmax, at temp > 0), ``no_max``,
 ``no_norm``, ``wrong_temp`` (the ratio uses the draft's probabilities at twice its
 temperature), ``top2`` (a "relaxed acceptance" that accepts any of the target's two best tokens)
-and ``off_by_one`` (p read from the previous row). They exist so that equiv's detectors can be shown to catch each one.
+and ``off_by_one`` (p read from the previous row). They exist so that equiv's detectors can be
+shown to catch each one.
 
 Select with ``--engine reference`` (the correct rule) or ``--engine reference:greedy`` etc.
 (``equiv.engines.reference:make_engine`` for the correct rule as a ``module:attr`` factory); the
