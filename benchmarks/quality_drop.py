@@ -31,7 +31,7 @@ from equiv.engines import load_factory
 from equiv.models.pair import resolve_pair
 from equiv.prompts import Prompt, load_suites
 from equiv.records import ResultsFile
-from equiv.run.plan import plan
+from equiv.run.plan import PlanItem, plan
 from equiv.run.runner import Runner
 from equiv.verdicts.graders import Outcome, grade_pair
 from equiv.verdicts.quality import GradedSample, Quality, quality
@@ -85,10 +85,21 @@ def run_speculative_only(
     same seeds). Half the generations and no classification (flips carry no label)."""
     config = make_config(engine, args)
     start = time.perf_counter()
-    spec = load_factory(engine)(config, speculative=True)
     items = plan(prompts, config)
     texts: dict[str, str] = {}
     path = out / f"{engine.replace(':', '_')}-{args.mode}-speculative.jsonl"
+    if args.join_only:  # grade what an interrupted run logged, nothing more
+        logged = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x]
+        texts = {r["key"]: r["text"] for r in logged}
+        items = [i for i in items if i.key in texts]
+    else:
+        texts = _generate(engine, config, items, path)
+    return _judge(items, texts, args), time.perf_counter() - start
+
+
+def _generate(engine: str, config: RunConfig, items: list[PlanItem], path: Path) -> dict[str, str]:
+    texts: dict[str, str] = {}
+    spec = load_factory(engine)(config, speculative=True)
     try:
         with path.open("w", encoding="utf-8") as log:
             for item in items:
@@ -103,8 +114,13 @@ def run_speculative_only(
                 log.flush()
     finally:
         spec.close()
-    # The baseline answers are read only now: the run that makes them may still be going.
-    baseline = {r["key"]: r["baseline"]["text"] for r in ResultsFile(args.baseline_from).results()}
+    return texts
+
+
+def _judge(items: list[PlanItem], texts: dict[str, str], args: argparse.Namespace) -> Quality:
+    """Both paths' grades and the quality answer; the baseline answers are read only now (the
+    run that makes them may still have been going while the speculative path ran)."""
+    baseline = {r.key: r.baseline.text for r in ResultsFile(args.baseline_from).results()}
     samples = []
     for item in items:
         if item.key not in baseline:
@@ -123,8 +139,8 @@ def run_speculative_only(
         )
     q = quality(samples, temp0=args.mode == "temp0", margin_points=args.margin)
     if q is None:
-        raise SystemExit(f"{engine}: nothing could be graded")
-    return q, time.perf_counter() - start
+        raise SystemExit("nothing could be graded")
+    return q
 
 
 def row(engine: str, q: Quality, seconds: float) -> str:
@@ -154,6 +170,11 @@ def main() -> None:
         "--baseline-from",
         type=Path,
         help="results.jsonl of an earlier run of the same prompts: run only the speculative path",
+    )
+    ap.add_argument(
+        "--join-only",
+        action="store_true",
+        help="with --baseline-from: grade the speculative answers already logged in --out",
     )
     args = ap.parse_args()
     prompts = graded_prompts(args.prompt)
