@@ -69,7 +69,7 @@ def sampling_run(config: RunConfig, prompts: list[str], out: Path) -> None:
         runner.run(plan(chosen, config))
     wall = time.perf_counter() - started
     results = ResultsFile(out / "results.jsonl")
-    records = results.results()
+    records = [r.to_dict() for r in results.results()]
     rescore_s = sum(r.get("rescore_cost", {}).get("wall_s", 0.0) for r in records)
     requests = sum(r.get("rescore_cost", {}).get("requests", 0) for r in records)
     tokens = sum(len(r["speculative"]["tokens"]) + len(r["baseline"]["tokens"]) for r in records)
@@ -79,7 +79,7 @@ def sampling_run(config: RunConfig, prompts: list[str], out: Path) -> None:
         f"wall {wall:.0f} s; re-scoring {requests} requests, {rescore_s:.0f} s summed over items "
         f"(<= {rescore_s / wall:.0%} of the wall time)"
     )
-    for analysis in (r for r in results.records() if r.get("kind") == "analysis"):
+    for analysis in (a.to_dict() for a in results.analyses()):
         verdict = verdict_of(analysis)
         tests = {t["name"]: t for t in analysis["tests"]}
         spec = tests.get("sampler-consistency:speculative", {})

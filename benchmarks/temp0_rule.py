@@ -45,7 +45,7 @@ def correct_paths(config: RunConfig, prompts: list[Any], engine: str, out: Path)
     with Runner(config, load_factory(engine), out / "results.jsonl", controls=False) as runner:
         runner.run(plan(prompts, config))
     wall = time.perf_counter() - started
-    records = ResultsFile(out / "results.jsonl").results()
+    records = [r.to_dict() for r in ResultsFile(out / "results.jsonl").results()]
     diverged = [r for r in records if not r["comparison"]["identical"]]
     labels = Counter(verdict_of(r).label.value for r in diverged)
     cost = [r["rescore_cost"] for r in records if "rescore_cost" in r]

@@ -165,7 +165,7 @@ def test_temp0_against_llama_server_labels_every_divergence(config, tmp_path):
     run = replace(config, max_tokens=48, engine_options=options)
     with Runner(run, load_factory("server"), tmp_path / "r.jsonl") as runner:
         runner.run(plan(_prompts(DIVERGING), run))
-    records = ResultsFile(tmp_path / "r.jsonl").results()
+    records = [r.to_dict() for r in ResultsFile(tmp_path / "r.jsonl").results()]
     diverged = [r for r in records if not r["comparison"]["identical"]]
     assert diverged, f"none of {DIVERGING} diverged on llama-server here; pick other prompts"
     for record in diverged:

@@ -1,0 +1,138 @@
+"""A faulty server, for proof: equiv, talking only HTTP, labels a corrupted speculative
+llama-server ``sampler-bug``, and the unmodified pair not.
+
+The proxy (tests/fault_proxy.py) sits in front of the real speculative llama-server. At temp 0
+it swaps one token for its row's runner-up (a relaxed acceptance) and lets the server continue;
+at temp > 0 it replaces sampled tokens by the row's top token with probability 0.5 where the
+server reported the row (a greedy-ish verifier).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fault_proxy import FaultProxy
+
+from equiv.config import Mode, RunConfig, SamplingConfig
+from equiv.engines import load_factory
+from equiv.engines.server.engine import ServerEngine
+from equiv.engines.server.settings import ServerSettings
+from equiv.models.pair import cache_dir
+from equiv.prompts import Prompt, load_suites
+from equiv.records import ResultsFile
+from equiv.run.plan import plan
+from equiv.run.runner import Runner
+from equiv.verdicts.labels import Label, verdict_of
+
+pytestmark = [pytest.mark.model, pytest.mark.server]
+
+LLAMA_CPP_PYTHON = "0.3.36"
+TEMP0_PROMPTS = ["code/fib_lt", "chat/capital_france", "reasoning/add_two_digit"]
+SAMPLING_PROMPTS = ["chat/haiku_autumn"]
+
+
+def _server_bin() -> str:
+    given = os.environ.get("EQUIV_LLAMA_SERVER")
+    path = Path(given) if given else cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON}/llama-server"
+    if not path.is_file():
+        pytest.skip(f"no llama-server at {path}: run scripts/build_llama_server.sh")
+    return str(path)
+
+
+def _prompts(keys: list[str]) -> list[Prompt]:
+    by_key = {p.key: p for p in load_suites()}
+    return [by_key[k] for k in keys]
+
+
+@pytest.fixture(scope="module")
+def servers(model_pair: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """Two llama-servers started by equiv (4 slots each): the target alone, target + draft."""
+    config = RunConfig(target=model_pair.target, draft=model_pair.draft, max_tokens=48)
+    settings = ServerSettings(
+        server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("logs")), concurrency=4
+    )
+    baseline = ServerEngine(config, speculative=False, settings=settings)
+    try:
+        speculative = ServerEngine(config, speculative=True, settings=settings)
+    except BaseException:
+        baseline.close()
+        raise
+    yield baseline.url, speculative.url
+    baseline.close()
+    speculative.close()
+
+
+def _run(config: RunConfig, baseline: str, speculative: str, path: Path, keys: list[str]):
+    options = (("baseline_url", baseline), ("speculative_url", speculative))
+    run = replace(config, engine_options=options)
+    with Runner(run, load_factory("server"), path, controls=False) as runner:
+        runner.run(plan(_prompts(keys), run))
+    return ResultsFile(path)
+
+
+def test_a_relaxed_acceptance_at_temp0_is_a_sampler_bug_over_http(model_pair, servers, tmp_path):
+    config = RunConfig(target=model_pair.target, draft=model_pair.draft, max_tokens=48)
+    with FaultProxy(servers[1], fault="swap", min_gap=2.0) as proxy:
+        results = _run(config, servers[0], proxy.url, tmp_path / "r.jsonl", TEMP0_PROMPTS)
+        swapped = proxy.faults
+    records = [r.to_dict() for r in results.results()]
+    assert swapped > 0, "the proxy found no runner-up trailing by 2 logits to swap in"
+    bugs = [r for r in records if verdict_of(r).label is Label.SAMPLER_BUG]
+    for record in records:
+        print(record["key"], verdict_of(record).label, verdict_of(record).reason)
+    # each swap is the first divergence (unless the server diverged earlier by drift)
+    assert len(bugs) >= swapped - sum(
+        verdict_of(r).label is Label.NUMERIC_DRIFT for r in records
+    ), "a swapped token was not labelled sampler-bug"
+    assert bugs, "no swapped prompt was labelled sampler-bug"
+    for record in bugs:
+        ev = verdict_of(record).evidence
+        assert ev["gap_single"] > ev["drift_bound"]["bound"]
+
+
+def test_a_greedy_ish_verifier_is_a_sampler_bug_over_http(model_pair, servers, tmp_path):
+    seeds = tuple(range(1, 25))
+    config = RunConfig(
+        target=model_pair.target,
+        draft=model_pair.draft,
+        max_tokens=48,
+        mode=Mode.SAMPLING,
+        sampling=SamplingConfig(temp=0.8),
+        seeds=seeds,
+    )
+    with FaultProxy(servers[1], fault="greedy", rate=0.5) as proxy:
+        results = _run(config, servers[0], proxy.url, tmp_path / "r.jsonl", SAMPLING_PROMPTS)
+        assert proxy.faults > 0
+    analyses = [a.to_dict() for a in results.analyses()]
+    assert len(analyses) == len(SAMPLING_PROMPTS)
+    labels = [verdict_of(a).label for a in analyses]
+    for analysis in analyses:
+        print(analysis["key"], verdict_of(analysis).reason)
+    assert Label.SAMPLER_BUG in labels, labels
+
+
+def test_the_unmodified_pair_gets_no_sampler_bug_over_http(model_pair, servers, tmp_path):
+    seeds = tuple(range(1, 9))
+    config = RunConfig(
+        target=model_pair.target,
+        draft=model_pair.draft,
+        max_tokens=32,
+        mode=Mode.SAMPLING,
+        sampling=SamplingConfig(temp=0.8),
+        seeds=seeds,
+    )
+    with FaultProxy(servers[1], fault=None) as proxy:
+        results = _run(config, servers[0], proxy.url, tmp_path / "r.jsonl", SAMPLING_PROMPTS)
+    analyses = [a.to_dict() for a in results.analyses()]
+    for analysis in analyses:
+        verdict = verdict_of(analysis)
+        print(analysis["key"], verdict.reason)
+        assert verdict.label is not Label.SAMPLER_BUG, verdict.reason
+        names = {t["name"] for t in analysis["tests"]}
+        # the one-sample tests ran over HTTP: the speculative samples re-scored on the baseline
+        assert {"sampler-consistency:speculative", "temperature:speculative"} <= names
