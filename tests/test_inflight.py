@@ -69,3 +69,24 @@ def test_a_failure_keeps_the_calls_in_flight_and_starts_nothing_new():
 def test_workers_below_one_is_refused():
     with pytest.raises(ValueError, match="workers=0"):
         list(completed(abs, [1], 0))
+
+
+def test_a_caller_that_stops_reading_waits_for_the_calls_in_flight():
+    """Ctrl-C or an error while answers are handed back: no call is still running when the
+    generator is closed, so the caller may close the engines at once."""
+    release = threading.Event()
+    running: list[int] = []
+    finished: list[int] = []
+
+    def call(item: int) -> int:
+        running.append(item)
+        if item != 0:
+            release.wait(timeout=30)
+        finished.append(item)
+        return item
+
+    answers = completed(call, range(4), 3)
+    assert next(answers) == (0, 0)
+    threading.Timer(0.2, release.set).start()  # the calls in flight end a little later
+    answers.close()
+    assert sorted(finished) == sorted(running)

@@ -57,4 +57,6 @@ def completed(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterato
         if failure is not None:
             raise failure
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+        # Calls not started are dropped; calls in flight (Ctrl-C, or the caller stopped reading)
+        # finish before this returns, so nobody closes an engine under a running request.
+        pool.shutdown(wait=True, cancel_futures=True)

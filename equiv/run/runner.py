@@ -91,9 +91,12 @@ class Runner:
         self.in_flight = min(in_flight(self.baseline), in_flight(self.speculative))
 
     def close(self) -> None:
+        """Close both engines (each even if the other's close fails), then let go of the lock."""
         try:
-            self.baseline.close()
-            self.speculative.close()
+            try:
+                self.baseline.close()
+            finally:
+                self.speculative.close()
         finally:
             self.lock.release()
 
