@@ -7,8 +7,8 @@ import pytest
 
 from equiv.report.summary_json import summary_json, summary_of
 from equiv.verdicts.compare import drift
+from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.run_drift import run_drift
-from equiv.verdicts.stats import drift_metrics
 
 
 def _rows(rng, n, vocab=64, noise=0.3):

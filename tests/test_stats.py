@@ -11,13 +11,13 @@ import pytest
 from equiv.errors import ConfigError
 from equiv.records import Drift
 from equiv.verdicts.chain import pit_position
+from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.stats import (
     TestResult,
     acceptance_rate_test,
     benjamini_hochberg,
     chi2_power,
     chi2_two_sample,
-    drift_metrics,
     forced_decisions_test,
     holm,
     ks_two_sample,
@@ -300,7 +300,7 @@ def test_pit_uses_fewer_bins_when_values_are_few() -> None:
 def test_drift_over_the_entries_that_carry_mass_equals_the_full_sum() -> None:
     """The windowed KL (entries within 60 nats of a maximum) against the exact full-row sum, on
     rows as peaked and as flat as real ones, and rows with forbidden (-inf) tokens."""
-    from equiv.verdicts.stats import _row_kl
+    from equiv.verdicts.drift import _row_kl
 
     rng = np.random.default_rng(7)
     for scale in (0.5, 3.0, 12.0):

@@ -26,6 +26,7 @@ from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
 from equiv.verdicts.classify import classify_sampling, classify_temp0, fingerprint_differences
 from equiv.verdicts.compare import compare
+from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.sampling_evidence import (
     analyze_prompt,
@@ -34,7 +35,6 @@ from equiv.verdicts.sampling_evidence import (
     judgement_evidence,
     top_k_rows,
 )
-from equiv.verdicts.stats import drift_metrics
 from equiv.verdicts.summary import summarize
 
 __all__ = [
