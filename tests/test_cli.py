@@ -188,3 +188,40 @@ def test_sweep_json_holds_each_values_summary(fake_run, tmp_path, capsys):
     assert data["sweep"] == "draft_max"
     assert set(data["runs"]) == {"1", "2"}
     assert all(run["prompts"] == 2 for run in data["runs"].values())
+
+
+def test_an_output_path_that_is_a_folder_is_a_named_error(tmp_path, capsys):
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+    assert main(["report", str(fixture), "-o", str(tmp_path)]) == 7
+    err = capsys.readouterr().err
+    assert f"cannot write {tmp_path}" in err
+    assert "Traceback" not in err
+
+
+def test_model_paths_print_as_text_not_markup(tmp_path, capsys, make_gguf):
+    """A folder named like rich markup ("[red]", "[/x]") prints as it is, with no traceback."""
+    folder = tmp_path / "[red]" / "[" / "x]"
+    folder.mkdir(parents=True)
+    target = make_gguf("t.gguf")
+    draft = make_gguf("d.gguf")
+    target.rename(folder / "t.gguf")
+    draft.rename(folder / "d.gguf")
+    code = main(
+        [
+            "run",
+            "--target",
+            str(folder / "t.gguf"),
+            "--draft",
+            str(folder / "d.gguf"),
+            "--prompt",
+            "code/fib_lt",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert str(folder / "t.gguf") in err
+    assert "Traceback" not in err and "MarkupError" not in err
+    assert code != 0  # a tiny test file is no model llama.cpp can load: a named error

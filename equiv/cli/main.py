@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from equiv import __version__
-from equiv.errors import DiskFullError, EquivError
+from equiv.errors import DiskFullError, EquivError, ResultsError
 from equiv.options import add_arguments, build_config
 
 __all__ = ["main"]
@@ -270,8 +270,9 @@ def _run_once(
     _warn_unreadable(out / "results.jsonl")
     config, pair = build_config(values, workdir=out)
     prompts = select_prompts(config.suites, values.get("prompt") or [])
-    console.print(f"[bold]equiv {__version__}[/]  target {pair.target.path}")
-    console.print(f"draft {pair.draft.path} ({pair.draft.provenance})")
+    # Paths are text, not markup: a folder named "[q4]" must print as it is.
+    console.print(f"equiv {__version__}  target {pair.target.path}", markup=False)
+    console.print(f"draft {pair.draft.path} ({pair.draft.provenance})", markup=False)
     with Progress(console, total=len(plan(prompts, config))) as progress:
         outcome = run_plan(
             config, pair, prompts, out, resume=resume, argv=argv, on_result=progress.update
@@ -280,8 +281,10 @@ def _run_once(
             progress.stop()
     if outcome.summary is None:
         console.print(
-            f"[yellow]interrupted[/]: {outcome.finished} finished result(s) kept in "
-            f"{outcome.results_path}; rerun with --resume --out {out} to continue"
+            f"interrupted: {outcome.finished} finished result(s) kept in "
+            f"{outcome.results_path}; rerun with --resume --out {out} to continue",
+            markup=False,
+            style="yellow",
         )
         return EXIT_INTERRUPTED, None
     summary = outcome.summary
@@ -423,7 +426,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-            raise
+            # An output path that is a folder, not writable, ...: named, never a traceback.
+            where = exc.filename or "a file equiv writes"
+            print(
+                f"equiv: error: cannot write {where}: {exc.strerror or exc}; choose another "
+                "path (--out, -o) or fix its permissions",
+                file=sys.stderr,
+            )
+            return ResultsError.exit_code
         error = DiskFullError(
             f"no space left on the device ({exc.filename or 'writing'}); the results file keeps "
             "every finished result: free some space and rerun (with --resume for a run)"
