@@ -313,10 +313,20 @@ class CheckSession:
         )
 
     def close(self) -> None:
-        for engine in self._engines or ():
-            engine.close()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        """Let go of every runner's results lock, close both engines (each even if the other's
+        close fails) and remove the session's temporary directory, whatever fails on the way."""
+        try:
+            for runner in self._runners.values():
+                runner.lock.release()
+            if self._engines is not None:
+                baseline, speculative = self._engines
+                try:
+                    baseline.close()
+                finally:
+                    speculative.close()
+        finally:
+            if self._tmp is not None:
+                shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
