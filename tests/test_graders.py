@@ -155,7 +155,8 @@ def test_a_right_program_passes_and_a_wrong_one_fails_at_its_assert() -> None:
 @pytest.mark.parametrize(
     ("tail", "reason"),
     [
-        ("while True:\n    pass\n", "did not finish within 1 s (killed)"),
+        ("while True:\n    pass\n", "crashed with SIGXCPU (CPU limit)"),
+        ("import time\ntime.sleep(60)\n", "did not finish within 10 s of wall clock (killed)"),
         ("import os\nos._exit(0)\n", "exited with status 0 before the tests finished"),
         ("import sys\nsys.exit(3)\n", "the program raised SystemExit: 3 at program.py:"),
         ("x = bytearray(8 * 1024**3)\n", "the program raised MemoryError at program.py:"),
@@ -191,11 +192,12 @@ def test_grade_pair_records_both_paths() -> None:
 @pytest.mark.model
 def test_a_graded_run_records_grades_and_prints_the_quality_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    keys = ["code/py_is_palindrome", "code/py_clamp", "reasoning/fill_mul"]
+    keys = ["code/py_is_palindrome", "reasoning/fill_mul"]
     argv = [sys.executable, "-m", "equiv", "run", "--out", str(out), "--quality-margin", "10"]
     for key in keys:
         argv += ["--prompt", key]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    argv += ["--max-tokens", "12"]  # enough for both answers: ' s == s[::-1]', ' 63'
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     results = [r for r in lines if r["kind"] == "result"]
@@ -206,7 +208,7 @@ def test_a_graded_run_records_grades_and_prints_the_quality_line(tmp_path: Path)
             assert r["grades"][path]["reason"]
     assert lines[0]["config"]["quality_margin"] == 10
     passed = sum(r["grades"]["baseline"]["outcome"] == "pass" for r in results)
-    assert f"quality: {passed}/3 baseline vs " in " ".join(proc.stdout.split())
+    assert f"quality: {passed}/2 baseline vs " in " ".join(proc.stdout.split())
     html = (out / "report.html").read_text()
     assert "Does the difference matter?" in html
     assert "pass rate per suite" in html
