@@ -49,7 +49,7 @@ def test_its_children_die_with_it() -> None:
         f"open({RESULT_FILE!r}, 'w').write(str(p.pid))\n"
         "p.wait()\n"
     )
-    result = run_python({"main.py": source}, "main.py", limits=Limits(timeout_s=1.0))
+    result = run_python({"main.py": source}, "main.py", limits=Limits(timeout_s=5.0))
     assert result.timed_out
     pid = int(result.result)
     time.sleep(0.2)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import shutil
 import signal
@@ -49,20 +50,21 @@ _OUTPUT_CHARS = 4000  # of stdout / stderr kept in a result
 class Limits:
     """Resource limits of one sandboxed program."""
 
-    timeout_s: float = 5.0
+    timeout_s: float = 5.0  # wall clock, start-up included
     memory_mb: int = 1024
     open_files: int = 64
     file_size_mb: int = 4
+    cpu_s: float | None = None  # CPU seconds of the program (default: the wall-clock limit)
 
     def preamble(self) -> str:
         """Python source that applies the limits in the child before anything else runs."""
-        cpu = int(self.timeout_s) + 1
+        cpu = math.ceil(self.cpu_s if self.cpu_s is not None else self.timeout_s) + 1
         mem = self.memory_mb * 1024 * 1024
         fsize = self.file_size_mb * 1024 * 1024
         return (
             "import resource as _r\n"
             f"_r.setrlimit(_r.RLIMIT_AS, ({mem}, {mem}))\n"
-            f"_r.setrlimit(_r.RLIMIT_CPU, ({cpu}, {cpu}))\n"
+            f"_r.setrlimit(_r.RLIMIT_CPU, ({cpu}, {cpu + 1}))\n"  # SIGXCPU, then SIGKILL
             f"_r.setrlimit(_r.RLIMIT_NOFILE, ({self.open_files}, {self.open_files}))\n"
             f"_r.setrlimit(_r.RLIMIT_FSIZE, ({fsize}, {fsize}))\n"
             "del _r\n"
