@@ -236,3 +236,18 @@ def test_two_command_lines_reproduce_two_deployments_that_differ() -> None:
     assert found[0].kind == "misconfiguration"
     with pytest.raises(ConfigError, match="no -md/--model-draft"):
         map_pair(spec, base)
+
+
+def test_a_setting_given_to_the_baseline_only_is_a_finding() -> None:
+    from equiv.cli.deployments import map_pair, split_commands
+
+    words = ["--", "llama-server", "-m", "t.gguf", "-c", "4096", "--top-k", "20", "--",
+             "llama-server", "-m", "t.gguf", "-md", "d.gguf", "--top-k", "20"]  # fmt: skip
+    base, spec = (parse_command(w) for w in split_commands(words))
+    mapping, found = map_pair(base, spec)
+    assert [f.title for f in found] == [
+        "-c: 4096 in the baseline, your build's default with the draft"
+    ]
+    assert found[0].kind == "misconfiguration"
+    assert "not reproduced" in found[0].explanation
+    assert "spec" not in mapping.values

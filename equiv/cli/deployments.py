@@ -69,11 +69,23 @@ def map_pair(
     found: list[Finding] = []
     for key, override in _PER_PATH.items():
         a, b = baseline.get(key), speculative.get(key)
-        if a == b or b is None:
+        if a == b:
+            continue
+        flag = speculative.spellings.get(key) or baseline.spellings.get(key) or key
+        if b is None:  # set in the baseline only: the draft deployment ran its build's default
+            found.append(
+                Finding(
+                    "misconfiguration",
+                    f"{flag}: {a} in the baseline, your build's default with the draft",
+                    "the two deployments are not the same experiment; equiv does not know your "
+                    "build's default, so it runs both paths with the baseline's value and this "
+                    "difference is not reproduced",
+                    f"give the same {flag} to both command lines, then rerun",
+                )
+            )
             continue
         mapped = spec.values.get({"model": "target"}.get(key, key), b)
         overrides.append(f"{override}={mapped}")
-        flag = speculative.spellings.get(key) or baseline.spellings.get(key) or key
         found.append(
             Finding(
                 "misconfiguration",
