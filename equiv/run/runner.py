@@ -8,10 +8,11 @@ where it is needed (re-scoring at a divergence, the chain's PIT of sampled token
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,15 @@ __all__ = [
 ]
 
 SELF_DRAFT_MIN_ACCEPTANCE = 0.98
+
+
+def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The settings in which a results file's configuration differs from ``new``. A setting
+    the file's older equiv did not write yet counts as its default (what that run used)."""
+    # A configuration this equiv cannot read is compared as written.
+    with contextlib.suppress(ConfigError, KeyError, TypeError, ValueError):
+        old = RunConfig.from_dict(old).to_dict()
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
 ProgressFn = Callable[[PlanItem, dict[str, Any], int, int], None]
@@ -134,11 +144,8 @@ class Runner:
         return tokens
 
     def _check_resume(self, header: dict[str, Any]) -> None:
-        old = self.results.header().config
-        if old != header["config"]:
-            changed = sorted(
-                k for k in set(old) | set(header["config"]) if old.get(k) != header["config"].get(k)
-            )
+        changed = changed_settings(self.results.header().config, header["config"])
+        if changed:
             raise ConfigError(
                 f"cannot resume {self.results.path}: it was run with a different configuration "
                 f"(differs in: {', '.join(changed)}); rerun with the same options, "
