@@ -8,13 +8,14 @@ llama-cpp-python; the speculative path is the engine named): at temp 0 once, or 
 prompts (temp 0) or seeds per prompt (temp > 0) a change as large as the one observed needs to
 be found significant with 80 % power (one-sided, 5 %).
 
-    python benchmarks/quality_drop.py --mode temp0 \\
-        --engines llamacpp,reference:correct,reference:off_by_one
-    python benchmarks/quality_drop.py --mode temp0 --engines reference:off_by_one \\
-        --baseline-from /tmp/q/llamacpp-temp0.jsonl   # the speculative path only
-    python benchmarks/quality_drop.py --mode sampling --seeds 16 \\
-        --engines reference:correct,reference:top2,reference:off_by_one \\
-        --prompt 'code/py_*' --prompt 'reasoning/fill_*'
+    python benchmarks/quality_drop.py --mode temp0 --engines llamacpp $P --out /tmp/q/t0
+    python benchmarks/quality_drop.py --mode temp0 --draft-max 2 --engines reference:off_by_one \\
+        --baseline-from /tmp/q/t0/llamacpp-temp0.jsonl $P --out /tmp/q/off   # speculative only
+    python benchmarks/quality_drop.py --mode sampling --seeds 16 --draft-max 2 \\
+        --engines llamacpp --prompt 'code/py_*' --out /tmp/q/s
+
+with ``P`` the ``--prompt`` globs of benchmarks/README.md. ``--join-only`` grades what an
+interrupted speculative-only run logged.
 """
 
 from __future__ import annotations
