@@ -124,6 +124,8 @@ def _judge(items: list[PlanItem], texts: dict[str, str], args: argparse.Namespac
     baseline = {r.key: r.baseline.text for r in ResultsFile(args.baseline_from).results()}
     samples = []
     for item in items:
+        if item.key not in baseline and args.join_only:
+            continue  # both runs were interrupted: grade what both have
         if item.key not in baseline:
             raise SystemExit(f"{item.key} is not in {args.baseline_from}; run it there first")
         grades = grade_pair(
