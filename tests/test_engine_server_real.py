@@ -7,7 +7,6 @@ fills (CI runs it first); without one these tests are skipped with that instruct
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -17,14 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_server import prompts, server_bin
 
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import ConfigError, EngineError
-from equiv.models.pair import cache_dir
-from equiv.prompts import Prompt, load_suites
 from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
@@ -32,22 +30,8 @@ from equiv.verdicts.classify import fingerprint_differences
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-LLAMA_CPP_PYTHON = "0.3.36"
 PROMPTS = ["code/fib_lt", "chat/capital_france", "reasoning/add_two_digit"]
 SEEDS = (1, 2, 3)
-
-
-def _server_bin() -> str:
-    given = os.environ.get("EQUIV_LLAMA_SERVER")
-    path = Path(given) if given else cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON}/llama-server"
-    if not path.is_file():
-        pytest.skip(f"no llama-server at {path}: run scripts/build_llama_server.sh")
-    return str(path)
-
-
-def _prompts(keys: list[str]) -> list[Prompt]:
-    by_key = {p.key: p for p in load_suites()}
-    return [by_key[k] for k in keys]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +44,7 @@ def served(
     server_config: RunConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServerEngine, ServerEngine]]:
     settings = ServerSettings(
-        server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("logs")), concurrency=4
+        server_bin=server_bin(), log_dir=str(tmp_path_factory.mktemp("logs")), concurrency=4
     )
     baseline = ServerEngine(server_config, speculative=False, settings=settings)
     try:
@@ -75,7 +59,7 @@ def served(
 
 def test_prompts_tokenize_as_in_process(served, engines):
     """The server's tokenizer and chat template give the in-process engine's token IDs."""
-    for prompt in _prompts(PROMPTS):
+    for prompt in prompts(PROMPTS):
         expected = engines[0].prompt_tokens(prompt)
         assert served[0].prompt_tokens(prompt) == expected, prompt.key
         assert served[1].prompt_tokens(prompt) == expected, prompt.key
@@ -85,7 +69,7 @@ def test_temp0_with_and_without_a_draft(served):
     baseline, speculative = served
     assert baseline.capabilities.full_logits is False
     drafted = 0
-    for prompt in _prompts(PROMPTS):
+    for prompt in prompts(PROMPTS):
         tokens = baseline.prompt_tokens(prompt)
         base = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=16)
         spec = speculative.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=16)
@@ -114,7 +98,7 @@ def test_temp0_with_and_without_a_draft(served):
 def test_sampling_is_repeatable_per_seed(served):
     baseline, speculative = served
     sampling = SamplingConfig(temp=0.8)
-    prompt = _prompts(PROMPTS[:1])[0]
+    prompt = prompts(PROMPTS[:1])[0]
     tokens = baseline.prompt_tokens(prompt)
     for seed in SEEDS:
         first = baseline.generate(tokens, sampling=sampling, seed=seed, max_tokens=8)
@@ -135,7 +119,7 @@ def test_the_runner_keeps_requests_in_flight(served, server_config, tmp_path):
     started = time.perf_counter()
     with Runner(config, load_factory("server"), tmp_path / "r.jsonl", controls=False) as runner:
         assert runner.in_flight == 4
-        runner.run(plan(_prompts(PROMPTS[:1]), config))
+        runner.run(plan(prompts(PROMPTS[:1]), config))
     results = ResultsFile(tmp_path / "r.jsonl").results()
     rate = 2 * len(results) / (time.perf_counter() - started)
     assert sorted(r.seed for r in results) == list(range(1, 9))
@@ -149,7 +133,7 @@ def test_openai_mode_against_llama_server(served):
     engine = ServerEngine(baseline.config, speculative=False, settings=settings)
     assert engine.api == "openai"
     assert engine.capabilities.token_ids is True  # llama-server returns the IDs
-    prompt = _prompts(PROMPTS[:1])[0]
+    prompt = prompts(PROMPTS[:1])[0]
     tokens = engine.prompt_tokens(prompt)
     assert tokens == baseline.prompt_tokens(prompt)
     via_openai = engine.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=8)
@@ -166,9 +150,9 @@ def test_a_killed_server_keeps_finished_results_and_resume_continues(
 ):
     """equiv's own server killed after the first result: the error names it, the result is
     kept, and the run resumes (here against the module's running servers)."""
-    own = (("server_bin", _server_bin()), ("log_dir", str(tmp_path)), ("server_concurrency", 1))
+    own = (("server_bin", server_bin()), ("log_dir", str(tmp_path)), ("server_concurrency", 1))
     config = replace(server_config, engine_options=own)
-    items = plan(_prompts(PROMPTS[:2]), config)
+    items = plan(prompts(PROMPTS[:2]), config)
     items = [replace(item, max_tokens=4) for item in items]
     path = tmp_path / "results.jsonl"
 
@@ -199,7 +183,7 @@ def test_a_killed_server_keeps_finished_results_and_resume_continues(
 
 def test_equiv_run_with_server_bin_end_to_end(tmp_path):
     out = tmp_path / "run"
-    argv = ["run", "--engine", "server", "--server-bin", _server_bin(), "--max-tokens", "8"]
+    argv = ["run", "--engine", "server", "--server-bin", server_bin(), "--max-tokens", "8"]
     argv += ["--prompt", "code/fib_lt", "--prompt", "chat/capital_france", "--out", str(out)]
     proc = subprocess.run(
         [sys.executable, "-m", "equiv", *argv],

@@ -9,7 +9,6 @@ server reported the row (a greedy-ish verifier).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,13 +16,12 @@ from typing import Any
 
 import pytest
 from fault_proxy import FaultProxy
+from llama_server import prompts, server_bin
 
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.settings import ServerSettings
-from equiv.models.pair import cache_dir
-from equiv.prompts import Prompt, load_suites
 from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
@@ -31,22 +29,8 @@ from equiv.verdicts.labels import Label, verdict_of
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-LLAMA_CPP_PYTHON = "0.3.36"
 TEMP0_PROMPTS = ["code/fib_lt", "chat/capital_france", "reasoning/add_two_digit"]
 SAMPLING_PROMPTS = ["chat/haiku_autumn"]
-
-
-def _server_bin() -> str:
-    given = os.environ.get("EQUIV_LLAMA_SERVER")
-    path = Path(given) if given else cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON}/llama-server"
-    if not path.is_file():
-        pytest.skip(f"no llama-server at {path}: run scripts/build_llama_server.sh")
-    return str(path)
-
-
-def _prompts(keys: list[str]) -> list[Prompt]:
-    by_key = {p.key: p for p in load_suites()}
-    return [by_key[k] for k in keys]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +38,7 @@ def servers(model_pair: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     """Two llama-servers started by equiv (4 slots each): the target alone, target + draft."""
     config = RunConfig(target=model_pair.target, draft=model_pair.draft, max_tokens=48)
     settings = ServerSettings(
-        server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("logs")), concurrency=4
+        server_bin=server_bin(), log_dir=str(tmp_path_factory.mktemp("logs")), concurrency=4
     )
     baseline = ServerEngine(config, speculative=False, settings=settings)
     try:
@@ -71,7 +55,7 @@ def _run(config: RunConfig, baseline: str, speculative: str, path: Path, keys: l
     options = (("baseline_url", baseline), ("speculative_url", speculative))
     run = replace(config, engine_options=options)
     with Runner(run, load_factory("server"), path, controls=False) as runner:
-        runner.run(plan(_prompts(keys), run))
+        runner.run(plan(prompts(keys), run))
     return ResultsFile(path)
 
 

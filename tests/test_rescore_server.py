@@ -7,14 +7,13 @@ fills; without one these tests are skipped with that instruction.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from llama_server import prompts, server_bin
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines import load_factory
@@ -23,8 +22,6 @@ from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.rescore import BATCH_STRIDE, parse_scoring, scoring_body
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import EngineError
-from equiv.models.pair import cache_dir
-from equiv.prompts import Prompt, load_suites
 from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
@@ -32,24 +29,10 @@ from equiv.verdicts.labels import Label, verdict_of
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-LLAMA_CPP_PYTHON = "0.3.36"
 PROMPT = "code/fib_lt"
 # Prompts whose temp-0 outputs diverge between llama-server with and without a draft on this CPU
 # (from a run of the default suite); with a draft the server batches, without it does not.
 DIVERGING = ["code/py_binary_search", "code/py_last_n", "code/py_transpose_brackets"]
-
-
-def _server_bin() -> str:
-    given = os.environ.get("EQUIV_LLAMA_SERVER")
-    path = Path(given) if given else cache_dir() / f"llama-server-{LLAMA_CPP_PYTHON}/llama-server"
-    if not path.is_file():
-        pytest.skip(f"no llama-server at {path}: run scripts/build_llama_server.sh")
-    return str(path)
-
-
-def _prompts(keys: list[str]) -> list[Prompt]:
-    by_key = {p.key: p for p in load_suites()}
-    return [by_key[k] for k in keys]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +42,7 @@ def config(model_pair: Any) -> RunConfig:
 
 @pytest.fixture(scope="module")
 def baseline(config: RunConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerEngine]:
-    settings = ServerSettings(server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("l")))
+    settings = ServerSettings(server_bin=server_bin(), log_dir=str(tmp_path_factory.mktemp("l")))
     engine = ServerEngine(config, speculative=False, settings=settings)
     yield engine
     engine.close()
@@ -70,7 +53,7 @@ def swa_full(config: RunConfig, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """A baseline server with ``--swa-full``: no context checkpoints, so a cached prefix is
     extended by evaluating one token (Gemma 3 uses sliding-window attention)."""
     settings = ServerSettings(
-        server_bin=_server_bin(), log_dir=str(tmp_path_factory.mktemp("l")), extra_args="--swa-full"
+        server_bin=server_bin(), log_dir=str(tmp_path_factory.mktemp("l")), extra_args="--swa-full"
     )
     engine = ServerEngine(config, speculative=False, settings=settings)
     yield engine
@@ -86,7 +69,7 @@ def test_single_token_rows_are_the_baselines_own(swa_full):
     """Re-scoring the baseline's own tokens one at a time gives back, candidate for candidate,
     the rows its generation reported: the same evaluation, on the same server."""
     baseline = swa_full
-    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    tokens = baseline.prompt_tokens(prompts([PROMPT])[0])
     gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=16)
     baseline.take_rescore_cost()
     rows = baseline.rescore(tokens, gen.tokens, batched=False)
@@ -109,7 +92,7 @@ def test_with_sliding_window_checkpoints_rows_off_path_are_counted(baseline):
     """Without --swa-full, llama-server keeps context checkpoints for a sliding-window model and
     restores one 4 tokens back instead of evaluating one token: the rows are still the target's
     (within drift of the generation's own) and the cost says how many were not single-token."""
-    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    tokens = baseline.prompt_tokens(prompts([PROMPT])[0])
     gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=12)
     baseline.take_rescore_cost()
     rows = baseline.rescore(tokens, gen.tokens, batched=False)
@@ -124,7 +107,7 @@ def test_batched_rows_come_from_batches_and_stay_close_to_single_token(swa_full)
     """Interleaved chains: each chain's first row cold, every next one 4 tokens on top of the
     cached prefix; every row the last of a batch of at least 2 tokens."""
     baseline = swa_full
-    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    tokens = baseline.prompt_tokens(prompts([PROMPT])[0])
     gen = baseline.generate(tokens, sampling=SamplingConfig(), seed=None, max_tokens=12)
     baseline.take_rescore_cost()
     batched = baseline.rescore(tokens, gen.tokens, batched=True)
@@ -141,7 +124,7 @@ def test_batched_rows_come_from_batches_and_stay_close_to_single_token(swa_full)
 
 
 def test_an_answer_for_another_prefix_or_without_probabilities_is_refused(baseline):
-    tokens = baseline.prompt_tokens(_prompts([PROMPT])[0])
+    tokens = baseline.prompt_tokens(prompts([PROMPT])[0])
     answer = baseline.client.post("/completion", scoring_body(tokens, n_probs=8, cached=False))
     url = f"{baseline.url}/completion"
     ids, _logprobs, cost = parse_scoring(
@@ -161,10 +144,10 @@ def test_an_answer_for_another_prefix_or_without_probabilities_is_refused(baseli
 def test_temp0_against_llama_server_labels_every_divergence(config, tmp_path):
     """The runner on two llama-servers started by equiv: every divergence gets numeric-drift or
     sampler-bug from the server's own rows, never inconclusive, and what that cost is recorded."""
-    options = (("server_bin", _server_bin()), ("log_dir", str(tmp_path / "logs")))
+    options = (("server_bin", server_bin()), ("log_dir", str(tmp_path / "logs")))
     run = replace(config, max_tokens=48, engine_options=options)
     with Runner(run, load_factory("server"), tmp_path / "r.jsonl") as runner:
-        runner.run(plan(_prompts(DIVERGING), run))
+        runner.run(plan(prompts(DIVERGING), run))
     records = [r.to_dict() for r in ResultsFile(tmp_path / "r.jsonl").results()]
     diverged = [r for r in records if not r["comparison"]["identical"]]
     assert diverged, f"none of {DIVERGING} diverged on llama-server here; pick other prompts"
