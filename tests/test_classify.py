@@ -121,7 +121,10 @@ def _served(tokens, alternatives):
 
 @pytest.mark.parametrize(
     ("spec_alt", "expected"),
-    [((9, 7), "is 0.0800 below 5 (rank 2): a near-tie"), ((9, 8), "not among the baseline's top")],
+    [
+        ((9, 7), "'7' (id 7) is 0.0800 below '5' (id 5) (rank 2): a near-tie"),
+        ((9, 8), "not among the baseline's top"),
+    ],
 )
 def test_without_rows_the_baseline_top_k_explains_a_divergence(spec_alt, expected):
     row = TokenAlternatives(ids=(5, 7, 6), logits=(-0.5, -0.58, -3.0))
