@@ -212,11 +212,14 @@ def test_dry_run_prints_a_copyable_command_not_a_dict(capsys) -> None:
 
 def test_thin_evidence_says_how_many_seeds_would_decide() -> None:
     from equiv.cli.diagnose import seeds_needed
+    from equiv.records.kinds import AnalysisRecord
+    from equiv.records.verdict import Label, Verdict
 
-    analyses = [
-        {"verdict": {"label": "inconclusive", "evidence": {"tokens": 256, "tokens_needed": 2048}}},
-        {"verdict": {"label": "equivalent", "evidence": {"tokens": 256, "tokens_needed": 9999}}},
-    ]
+    def analysis(label: Label, needed: int) -> AnalysisRecord:
+        evidence = {"tokens": 256, "tokens_needed": needed}
+        return AnalysisRecord("s/p::sampling", "s", "p", verdict=Verdict(label, "", evidence))
+
+    analyses = [analysis(Label.INCONCLUSIVE, 2048), analysis(Label.EQUIVALENT, 9999)]
     assert seeds_needed(analyses, 32) == 256  # 32 seeds gave 256 tokens; 2048 need 8x the seeds
     assert seeds_needed([], 32) is None
 

@@ -13,9 +13,12 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from equiv.errors import ConfigError
+
+if TYPE_CHECKING:
+    from equiv.records.kinds import AnalysisRecord
 
 __all__ = [
     "DEFAULT_PROMPTS",
@@ -426,14 +429,16 @@ def pass_through(cmd: LlamaCommand) -> tuple[list[str], list[str]]:
     return shared, draft
 
 
-def seeds_needed(analyses: Sequence[Mapping[str, Any]], seeds: int) -> int | None:
+def seeds_needed(analyses: Sequence[AnalysisRecord], seeds: int) -> int | None:
     """Seeds per prompt at which every inconclusive prompt's test reaches the power its verdict
     asks for, from the tokens the classifier said it needs (None when it did not say)."""
+    from equiv.records.verdict import Label
+
     needed = []
     for record in analyses:
-        ev = (record.get("verdict") or {}).get("evidence") or {}
-        need, have = ev.get("tokens_needed"), ev.get("tokens")
-        if record.get("verdict", {}).get("label") == "inconclusive" and need and have:
+        verdict = record.judged
+        need, have = verdict.evidence.get("tokens_needed"), verdict.evidence.get("tokens")
+        if verdict.label is Label.INCONCLUSIVE and need and have:
             needed.append(math.ceil(seeds * need / have))
     return max(needed) if needed else None
 
