@@ -46,14 +46,15 @@ def plain_generate(engine: LlamaCppEngine, tokens: list[int], n: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", default="code/*")
+    parser.add_argument("--prompts", default="code/*", help="globs of prompt keys, comma-separated")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
     pair = resolve_pair()
     config = RunConfig(target=pair.target, draft=pair.draft, max_tokens=args.max_tokens)
-    prompts = [p for p in load_suites() if fnmatch.fnmatchcase(p.key, args.prompts)]
+    globs = args.prompts.split(",")
+    prompts = [p for p in load_suites() if any(fnmatch.fnmatchcase(p.key, g) for g in globs)]
     items = plan(prompts, config)
     plain_times: list[float] = []
     equiv_times: list[float] = []
