@@ -703,3 +703,19 @@ def test_a_scoring_answer_for_another_prefix_is_refused(tiny_config, fake):
     fake.script["/completion"] = [_json({**_completion([5]), "tokens_evaluated": 7})]
     with pytest.raises(EngineError, match="answer is for another prefix"):
         engine.rescore([1, 9], [4], batched=True)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"completion_probabilities": [{"top_logprobs": [{"id": "x"}, {"id": 2}]}]},
+        {"completion_probabilities": [{"top_logprobs": [{"logprob": -1.0}, {"id": 2}]}]},
+        {"tokens_evaluated": "many", "completion_probabilities": []},
+        {"completion_probabilities": [{"top_logprobs": [1, 2]}]},
+    ],
+)
+def test_a_malformed_scoring_answer_is_an_engine_error_naming_the_server(answer):
+    from equiv.engines.server.rescore import parse_scoring
+
+    with pytest.raises(EngineError, match="http://s:1"):
+        parse_scoring(answer, url="http://s:1", prefix_len=3, n_probs=2, single=True, wall_s=0.1)

@@ -177,7 +177,22 @@ class LlamaRescorer:
 def parse_scoring(
     data: Any, *, url: str, prefix_len: int, n_probs: int, single: bool, wall_s: float
 ) -> tuple[list[int], list[float], RescoreCost]:
-    """Candidates and cost of one scoring answer, checked against the request."""
+    """Candidates and cost of one scoring answer, checked against the request; an answer whose
+    fields have the wrong type or are missing is an `EngineError` naming the server."""
+    try:
+        return _parse_scoring(
+            data, url=url, prefix_len=prefix_len, n_probs=n_probs, single=single, wall_s=wall_s
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EngineError(
+            f"{url} answered a scoring request with a malformed body ({type(exc).__name__}: "
+            f"{exc}; {str(data)[:160]!r}): is it llama-server's /completion?"
+        ) from None
+
+
+def _parse_scoring(
+    data: Any, *, url: str, prefix_len: int, n_probs: int, single: bool, wall_s: float
+) -> tuple[list[int], list[float], RescoreCost]:
     if not isinstance(data, dict):
         raise EngineError(f"{url} answered a scoring request with {str(data)[:120]!r}")
     evaluated = data.get("tokens_evaluated")
