@@ -214,3 +214,16 @@ def test_gap_movements_and_bound_by_hand():
     assert bound.bound == pytest.approx(0.6)
     assert bound.positions == 4
     assert bound.exceed_at_most == pytest.approx(1 / 5)
+
+
+def test_the_top_candidates_are_those_a_stable_sort_of_the_whole_row_gives():
+    from equiv.verdicts.classify import _top
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        row = np.round(rng.standard_normal(int(rng.integers(2, 400))) * 2, 1)  # many ties
+        row[rng.random(row.size) < 0.2] = -np.inf
+        ids = np.flatnonzero(np.isfinite(row))
+        k = int(rng.integers(1, 10))
+        expected = ids[np.argsort(-row[ids], kind="stable")][:k]
+        assert _top(row, ids, k).tolist() == expected.tolist()

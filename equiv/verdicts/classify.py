@@ -346,8 +346,7 @@ def _rows_evidence(
     """The target's top candidates at the divergence, single-token and batched (evidence)."""
 
     def top(row: npt.NDArray[np.float64]) -> list[list[float]]:
-        finite = np.flatnonzero(np.isfinite(row))
-        order = finite[np.argsort(-row[finite], kind="stable")][:8]
+        order = _top(row, np.flatnonzero(np.isfinite(row)), 8)
         ids = [*order.tolist(), *(t for t in (a, b) if t not in order and np.isfinite(row[t]))]
         return [[int(t), round(float(row[t]), 5)] for t in ids]
 
@@ -403,10 +402,21 @@ def gap_movements(
         finite = np.flatnonzero(np.isfinite(s) & np.isfinite(bt))
         if finite.size < 2:
             continue
-        top = finite[np.argsort(-s[finite], kind="stable")][:k]
+        top = _top(s, finite, k)
         t = top[0]
         out[j] = float(np.abs((s[t] - s[top[1:]]) - (bt[t] - bt[top[1:]])).max())
     return out
+
+
+def _top(row: npt.NDArray[np.float64], ids: npt.NDArray[np.intp], k: int) -> npt.NDArray[np.intp]:
+    """The ``k`` of ``ids`` with the largest ``row`` values, descending, ties by ascending id (as
+    a stable sort of all of them orders them), without sorting a whole vocabulary."""
+    values = row[ids]
+    if ids.size > k:
+        kth = np.partition(values, ids.size - k)[ids.size - k]  # the k-th largest value
+        keep = values >= kth  # every tie at the k-th value, so the order below is exact
+        ids, values = ids[keep], values[keep]
+    return ids[np.lexsort((ids, -values))][:k]
 
 
 def drift_bound(movements: npt.ArrayLike) -> DriftBound | None:
