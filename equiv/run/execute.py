@@ -52,14 +52,10 @@ def open_runner(
     extra: dict[str, Any] = {"argv": list(argv)}
     if pair is not None:
         extra["vocab"] = pair.vocab.to_dict()
-    factory = load_factory(config.engine) if engines is None else _unused_factory
+    factory = load_factory(config.engine) if engines is None else None
     return Runner(
         config, factory, results_path, extra_header=extra, controls=controls, engines=engines
     )
-
-
-def _unused_factory(config: RunConfig, *, speculative: bool) -> Engine:  # pragma: no cover
-    raise AssertionError("engines were given; nothing is built")
 
 
 def run_plan(

@@ -66,7 +66,7 @@ class Runner:
     def __init__(
         self,
         config: RunConfig,
-        factory: EngineFactory,
+        factory: EngineFactory | None,
         results_path: str | Path,
         *,
         extra_header: dict[str, Any] | None = None,
@@ -74,18 +74,22 @@ class Runner:
         engines: tuple[Engine, Engine] | None = None,
     ) -> None:
         """``engines``: an already built (baseline, speculative) pair to share (the pytest
-        plugin runs both modes on one pair); else both are built by ``factory``."""
+        plugin runs both modes on one pair, and passes no factory); else both are built by
+        ``factory``."""
         self.config = config
         self.controls = controls
         self.results = ResultsFile(results_path)
         self.extra_header = extra_header or {}
         self.differences: list[str] = []
         self._prompt_alpha = config.alpha
+        if factory is None and engines is None:
+            raise ValueError("a Runner needs an engine factory or a built pair of engines")
         # One process per results file for the runner's whole life, taken before any model
         # loads: a second run on the same file is refused at once, naming this process.
         self.lock = ResultsLock(results_path).acquire()
         try:
             if engines is None:
+                assert factory is not None
                 self.baseline = build_engine(factory, config, speculative=False)
                 try:
                     self.speculative = build_engine(factory, config, speculative=True)
