@@ -110,7 +110,7 @@ def relaxed(config: RunConfig, prompts: list[Any]) -> None:
                 base, path="speculative", tokens=(*base.tokens[:d], b, *rest.tokens),
                 pieces=(), text="", logits=spec_rows, alternatives=(), draft_steps=(),
             )  # fmt: skip
-            record = {"comparison": compare(base, spec).to_dict()}
+            record = compare(base, spec)
             gap = float(base.logits[d][base.tokens[d]] - base.logits[d][b])
             gaps.append(gap)
             for rows in ("with rows", "without rows"):

@@ -132,7 +132,7 @@ def test_without_rows_the_baseline_top_k_explains_a_divergence(spec_alt, expecte
     spec = _served(
         [4, spec_alt[1]], [TokenAlternatives((4, 1), (-0.1, -4.0)), TokenAlternatives((), ())]
     )
-    record = {"comparison": compare(base, spec).to_dict()}
+    record = compare(base, spec)
     verdict = classify_temp0(record, base, spec)
     assert verdict.label is Label.INCONCLUSIVE  # the speculative row is unknown: no label
     assert expected in verdict.reason

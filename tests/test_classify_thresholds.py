@@ -100,7 +100,7 @@ def _case(
     spec_tokens = [*tokens[:d], B]
     base = _generation("baseline", tokens, single, k=k)
     spec = _generation("speculative", spec_tokens, None)
-    record = {"comparison": compare(base, spec).to_dict()}
+    record = compare(base, spec)
 
     def rescore(prompt: Sequence[int], toks: Sequence[int], batch: bool) -> npt.NDArray:
         assert list(prompt) == [1, 2]

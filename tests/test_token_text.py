@@ -53,7 +53,7 @@ def test_the_divergence_records_the_text_of_every_top_k_candidate():
 def test_a_reason_names_both_tokens_by_text_and_id():
     b, s = _pair()
     comparison = compare(b, s, token_text=VOCAB.__getitem__)
-    verdict = classify_temp0({"comparison": comparison.to_dict()}, b, s)
+    verdict = classify_temp0(comparison, b, s)
     assert verdict.label.value == "sampler-bug"
     assert "emitted '\\n' (id 2) although its own logits prefer '<script>' (id 4)" in (
         verdict.reason

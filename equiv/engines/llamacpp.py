@@ -347,16 +347,21 @@ class LlamaCppEngine:
             llm.n_tokens = n_prompt - 1
             llm.eval([prompt_tokens[-1]])
             return self._single_token_rows(tokens, rows)
-        llm.reset()
         if batched:
             if not llm._logits_all:
                 raise EngineError("batched re-scoring needs the speculative path (logits_all)")
             # As verification does: one batch with every row computed, on top of the prompt's
-            # cached KV (evaluated without output rows, which would only cost time here).
-            self._eval_without_rows(prompt_tokens[:-1])
+            # KV. That is usually in the cache already (this path just generated from the same
+            # prompt); else it is evaluated without output rows, which would only cost time.
+            head = list(prompt_tokens[:-1])
+            if not (llm.n_tokens >= len(head) and llm.input_ids[: len(head)].tolist() == head):
+                llm.reset()
+                self._eval_without_rows(head)
+            llm.n_tokens = len(head)  # eval drops the KV cache from here on
             llm.eval([prompt_tokens[-1], *tokens[:-1]])
             rows[:] = llm.scores[n_prompt - 1 : n_prompt - 1 + n]
             return rows
+        llm.reset()
         llm.eval(list(prompt_tokens))
         return self._single_token_rows(tokens, rows)
 

@@ -335,7 +335,7 @@ class Runner:
         if item.mode is Mode.TEMP0:
             rescore = self._rescore if self._can_rescore() else None
             verdict = classify_temp0(
-                record, base, spec, differences=self.differences, rescore=rescore
+                comparison, base, spec, differences=self.differences, rescore=rescore
             )
             record["verdict"] = verdict.to_dict()
             self._rescore_cost(record)

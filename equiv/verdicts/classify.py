@@ -53,8 +53,7 @@ import numpy.typing as npt
 
 from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
-from equiv.records import Generation
-from equiv.verdicts.compare import token_namer
+from equiv.records import Comparison, Generation
 from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.stats import min_detectable_w
 
@@ -164,34 +163,33 @@ def _without_rows(
 
 
 def classify_temp0(
-    record: Mapping[str, Any],
+    comparison: Comparison,
     baseline: Generation,
     speculative: Generation,
     *,
     differences: Sequence[str] = (),
     rescore: Rescorer | None = None,
 ) -> Verdict:
-    comparison = record["comparison"]
     if differences:
-        same = "outputs identical" if comparison["identical"] else "outputs differ"
+        same = "outputs identical" if comparison.identical else "outputs differ"
         return _misconfiguration(differences, same)
-    if comparison["identical"]:
+    div = comparison.divergence
+    if comparison.identical or div is None:
         return Verdict(
             Label.EQUIVALENT,
-            f"token IDs identical over {comparison['n_baseline']} tokens",
-            {"drift": comparison.get("drift")},
+            f"token IDs identical over {comparison.n_baseline} tokens",
+            {"drift": comparison.drift.to_dict() if comparison.drift is not None else None},
         )
-    div = comparison["divergence"]
-    d, a, b = div["position"], div["baseline_token"], div["speculative_token"]
+    d, a, b = div.position, div.baseline_token, div.speculative_token
     if a is None or b is None:
         return Verdict(Label.INCONCLUSIVE, f"one path ended at token {d}; nothing to compare")
-    name = token_namer(div)  # 'text' (id N): reasons name tokens by their text
+    name = div.token_name  # 'text' (id N): reasons name tokens by their text
     ev: dict[str, Any] = {
         "position": d,
         "baseline_token": a,
         "speculative_token": b,
-        "margin_baseline": div["margin_baseline"],
-        "margin_speculative": div["margin_speculative"],
+        "margin_baseline": div.margin_baseline,
+        "margin_speculative": div.margin_speculative,
     }
     rows = speculative.logits
     used = rows[d] if rows is not None and d < rows.shape[0] else None
@@ -204,11 +202,11 @@ def classify_temp0(
             ev,
         )
     if rescore is None:
-        if used is not None and (div["margin_baseline"] or 0) >= -OWN_ARGMAX_TOL:
+        if used is not None and (div.margin_baseline or 0) >= -OWN_ARGMAX_TOL:
             return Verdict(
                 Label.NUMERIC_DRIFT,
                 f"at token {d} each path emitted its own argmax (margins "
-                f"{div['margin_baseline']:.4f} and {div['margin_speculative']:.4f}); the target "
+                f"{div.margin_baseline:.4f} and {div.margin_speculative:.4f}); the target "
                 "could not be re-scored to size the drift",
                 ev,
             )
@@ -226,22 +224,23 @@ def classify_temp0(
 
 def _calibration_rows(
     baseline: Generation, d: int, rescore: Rescorer
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
     """The target's single-token and batched rows over the baseline's first
     ``max(d + 1, CALIBRATION_POSITIONS)`` tokens: position d and the positions that calibrate
     what drift does to the gaps between candidates. Single-token rows are the baseline's own
-    (full rows, or the top-k it recorded) where it has them, else re-scored."""
+    (full rows, or the top-k it recorded) where it has them, else re-scored. The rows are not
+    copied (32 full rows are 32 MB): the rule reads a few candidates of each."""
     n = min(len(baseline.tokens), max(d + 1, CALIBRATION_POSITIONS))
     tokens = list(baseline.tokens[:n])
-    batched = np.asarray(rescore(baseline.prompt_tokens, tokens, True), dtype=np.float64)
+    batched = np.asarray(rescore(baseline.prompt_tokens, tokens, True))
     if baseline.logits is not None and baseline.logits.shape[0] >= n:
-        single = baseline.logits[:n].astype(np.float64)
+        single = baseline.logits[:n]
     elif len(baseline.alternatives) >= n and all(alt.ids for alt in baseline.alternatives[:n]):
-        single = np.full(batched.shape, -np.inf)
+        single = np.full(batched.shape, -np.inf, dtype=np.float32)
         for i, alt in enumerate(baseline.alternatives[:n]):
             single[i, list(alt.ids)] = alt.logits
     else:
-        single = np.asarray(rescore(baseline.prompt_tokens, tokens, False), dtype=np.float64)
+        single = np.asarray(rescore(baseline.prompt_tokens, tokens, False))
     return single, batched
 
 
@@ -250,8 +249,8 @@ def _temp0_rule(
     a: int,
     b: int,
     used: npt.NDArray[np.float32] | None,
-    single_rows: npt.NDArray[np.float64],
-    batched_rows: npt.NDArray[np.float64],
+    single_rows: npt.NDArray[np.floating[Any]],
+    batched_rows: npt.NDArray[np.floating[Any]],
     ev: dict[str, Any],
     *,
     name: Callable[[int], str] = str,
@@ -259,7 +258,9 @@ def _temp0_rule(
     """The calibrated temp-0 rule at the divergence d (module docstring). ``name`` gives a
     token as reasons show it."""
     na, nb = name(a), name(b)
-    single, batched = single_rows[d], batched_rows[d]
+    # Position d in float64 (two rows); the calibration positions read only their candidates.
+    single = single_rows[d].astype(np.float64)
+    batched = batched_rows[d].astype(np.float64)
     both = np.isfinite(single) & np.isfinite(batched)
     drift_d = float(np.abs(single[both] - batched[both]).max()) if both.any() else 0.0
     gap_batched = float(batched[a] - batched[b])
@@ -394,21 +395,38 @@ def gap_movements(
     """Per position j, how far evaluation-path drift moved the gaps between plausible
     candidates: ``max_c |(S_j[t] - S_j[c]) - (B_j[t] - B_j[c])|`` over c among the top ``k`` of
     the single-token row S_j (t its top token) that are known in both rows. NaN where no
-    candidate pair is known in both (rows a server knows only in part hold -inf)."""
-    single = np.asarray(single_rows, dtype=np.float64)
-    batched = np.asarray(batched_rows, dtype=np.float64)
+    candidate pair is known in both (rows a server knows only in part hold -inf). Rows are read
+    in their own precision; the few candidate values are compared in float64."""
+    single = np.asarray(single_rows)
+    batched = np.asarray(batched_rows)
     out = np.full(single.shape[0], np.nan)
     for j, (s, bt) in enumerate(zip(single, batched, strict=True)):
-        finite = np.flatnonzero(np.isfinite(s) & np.isfinite(bt))
-        if finite.size < 2:
+        top = _top_known(s, bt, k)
+        if top.size < 2:
             continue
-        top = _top(s, finite, k)
-        t = top[0]
-        out[j] = float(np.abs((s[t] - s[top[1:]]) - (bt[t] - bt[top[1:]])).max())
+        sv, bv = s[top].astype(np.float64), bt[top].astype(np.float64)
+        out[j] = float(np.abs((sv[0] - sv[1:]) - (bv[0] - bv[1:])).max())
     return out
 
 
-def _top(row: npt.NDArray[np.float64], ids: npt.NDArray[np.intp], k: int) -> npt.NDArray[np.intp]:
+def _top_known(
+    s: npt.NDArray[np.floating[Any]], bt: npt.NDArray[np.floating[Any]], k: int
+) -> npt.NDArray[np.intp]:
+    """The top ``k`` of row ``s`` among the ids finite in both rows (`_top`'s order). A full
+    row's candidates lie near its maximum: it is searched there first (as
+    `TokenAlternatives.from_row`), and in full only when fewer than ``k`` are found."""
+    peak = s.max()
+    if np.isfinite(peak):
+        near = np.flatnonzero(s >= peak - 16.0)
+        near = near[np.isfinite(bt[near])]
+        if near.size >= k:
+            return _top(s, near, k)
+    return _top(s, np.flatnonzero(np.isfinite(s) & np.isfinite(bt)), k)
+
+
+def _top(
+    row: npt.NDArray[np.floating[Any]], ids: npt.NDArray[np.intp], k: int
+) -> npt.NDArray[np.intp]:
     """The ``k`` of ``ids`` with the largest ``row`` values, descending, ties by ascending id (as
     a stable sort of all of them orders them), without sorting a whole vocabulary."""
     values = row[ids]
