@@ -178,6 +178,23 @@ def test_a_token_outside_the_servers_top_k(gap, label, words):
     assert words in verdict.reason
 
 
+def test_a_token_outside_the_servers_top_k_that_the_batched_row_prefers_is_drift():
+    """Outside the single-token top 4 by far (a floor of 9 logits), but the target's batched
+    row, the one verification reads, puts B first: that is what drift gives, not a bug."""
+    single, batched = _rows(gap=9.0, movement=0.2, tail_drift=0.0, batched_gap=-0.5)
+    single[D, :] = -30.0
+    single[D, A] = 10.0
+    single[D, [20, 21, 22]] = 10.0 - 4.5 - np.arange(3) * 1.5
+    single[D, B] = 0.0
+    single, batched = _top(single, 4), _top(batched, 4)
+    record, base, spec, rescore = _case(single, batched, k=4)
+    verdict = classify_temp0(record, base, spec, rescore=rescore)
+    assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
+    assert "evaluated in a batch as verification does, prefers" in verdict.reason
+    assert "by more than" in verdict.reason
+    assert verdict.evidence["gap_single"] is None
+
+
 def test_too_few_positions_to_calibrate_is_inconclusive():
     """A baseline of MIN_CALIBRATION tokens diverging at its last: MIN_CALIBRATION - 1 other
     positions, one short of a bound."""

@@ -279,3 +279,21 @@ def test_diagnose_ends_with_the_quality_answer() -> None:
     ]
     lines = verdict_lines(summarize(ungraded), None, draft_max=4, user_temp=0.0, analyses=[])
     assert lines[-1].startswith("did quality drop? not measured")
+
+
+def test_with_both_modes_graded_each_answers_at_half_the_level() -> None:
+    """The run's "quality dropped" is either mode's drop: each mode tests at alpha / 2, so the
+    run's false-alarm rate stays at alpha (Bonferroni)."""
+    from equiv.verdicts.quality import QUALITY_ALPHA
+    from equiv.verdicts.summary import summarize
+
+    temp0 = [_record(f"code/p{i}", "pass", "pass", "equivalent") for i in range(4)]
+    (alone,) = summarize(temp0).quality
+    assert alone.total.difference.alpha == QUALITY_ALPHA
+    sampled = [
+        {**r, "key": f"{r['suite']}/{r['prompt_id']}::seed1", "mode": "sampling", "seed": 1}
+        for r in temp0
+    ]
+    both = summarize([*temp0, *sampled]).quality
+    assert [q.temp0 for q in both] == [True, False]
+    assert all(q.total.difference.alpha == QUALITY_ALPHA / 2 for q in both)

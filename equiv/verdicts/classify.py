@@ -37,7 +37,8 @@ prompt at the prompt's share alpha/P of the run's level):
   speculative sampler used are not the target's (mean KL against the target's single-token
   re-scoring > 0.1 nats);
 - ``numeric-drift`` if only the two-sample tests reject;
-- ``equivalent`` if nothing rejects and the consistency test had power >= 0.8 for Cohen's w = 0.1;
+- ``equivalent`` if nothing rejects and the consistency test had power >= 0.8 for Cohen's w = 0.1
+  at alpha / m, Holm's first step over the prompt's m tests (the level a lone rejection needs);
 - ``inconclusive`` otherwise, saying how many more tokens would give that power.
 """
 
@@ -55,7 +56,7 @@ from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
 from equiv.records import Comparison, Generation
 from equiv.verdicts.labels import Label, Verdict
-from equiv.verdicts.stats import min_detectable_w
+from equiv.verdicts.stats import chi2_power, min_detectable_w
 
 __all__ = [
     "KL_NOT_TARGET",
@@ -285,10 +286,24 @@ def _temp0_rule(
                 f"batching moves them by {drift_d:.3f} (a row read from the wrong position?)",
                 ev,
             )
-    if not np.isfinite(single[b]):  # a server's row: b is not among its top K
-        floor = float(single[a] - single[np.isfinite(single)].min())
-        ev["gap_single"] = None
+    # The batched row first: where the target, evaluated as verification does, itself prefers b,
+    # b is what drift gives, even when b lies outside a server's recorded single-token top K.
+    known = np.isfinite(single[b])
+    gap_single = float(single[a] - single[b]) if known else None
+    floor = None if known else float(single[a] - single[np.isfinite(single)].min())
+    ev["gap_single"] = None if gap_single is None else round(gap_single, 6)
+    if floor is not None:
         ev["gap_single_at_least"] = round(floor, 6)
+    single_gap = f"{gap_single:.4f}" if gap_single is not None else f"more than {floor:.4f}"
+    if gap_batched <= OWN_ARGMAX_TOL:
+        return Verdict(
+            Label.NUMERIC_DRIFT,
+            f"at token {d} the target itself, evaluated in a batch as verification does, prefers "
+            f"{nb} (gap {gap_batched:.4f}) where single-token evaluation prefers {na} by "
+            f"{single_gap}: numeric drift between the evaluation paths",
+            ev,
+        )
+    if floor is not None:  # a server's row: b is not among its top K
         if calibration is not None and floor > calibration.bound:
             return Verdict(
                 Label.SAMPLER_BUG,
@@ -304,16 +319,7 @@ def _temp0_rule(
             f"{int(np.isfinite(single).sum())}; raise --top-k-record to see how far",
             ev,
         )
-    gap_single = float(single[a] - single[b])
-    ev["gap_single"] = round(gap_single, 6)
-    if gap_batched <= OWN_ARGMAX_TOL:
-        return Verdict(
-            Label.NUMERIC_DRIFT,
-            f"at token {d} the target itself, evaluated in a batch as verification does, prefers "
-            f"{nb} (gap {gap_batched:.4f}) where single-token evaluation prefers {na} by "
-            f"{gap_single:.4f}: numeric drift between the evaluation paths",
-            ev,
-        )
+    assert gap_single is not None
     if calibration is None:
         return Verdict(
             Label.INCONCLUSIVE,
@@ -524,9 +530,14 @@ def classify_sampling(
             ev,
         )
     power_test = spec if spec is not None else _test(analysis, "first-token:two-sample")
-    power = (power_test or {}).get("power") or 0.0
     n = (power_test or {}).get("n", 0)
+    df = (power_test or {}).get("df") or 9
+    # Power at Holm's first step, alpha / m: the level a lone rejection among the prompt's m
+    # tests must reach (the test's own figure is at alpha, which Holm never grants it).
+    level = alpha / max(len(analysis["tests"]), 1)
+    power = chi2_power(n, df, alpha=level, w=0.1) if power_test is not None and n > 0 else 0.0
     ev["power"] = power
+    ev["power_alpha"] = level
     temperature = _test(analysis, "temperature:speculative")
     if temperature is not None:
         ev["temperature_power"] = temperature["power"]
@@ -543,18 +554,18 @@ def classify_sampling(
         return Verdict(
             Label.EQUIVALENT,
             f"no test rejects at alpha {alpha:.2g}; the {what} test over {n} tokens had power "
-            f"{power:.2f} for Cohen's w >= 0.1",
+            f"{power:.2f} for Cohen's w >= 0.1 at the Holm level {level:.2g}",
             ev,
         )
-    df = (power_test or {}).get("df") or 9
     need = n
-    while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=alpha, power=MIN_POWER) > 0.1:
+    while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=level, power=MIN_POWER) > 0.1:
         need = max(2 * need, 16)
     ev.update(tokens=n, tokens_needed=need)  # so a caller can say how many seeds would do
     return Verdict(
         Label.INCONCLUSIVE,
         f"no test rejects, but the {what} test over {n} tokens has power only {power:.2f} for "
-        f"w >= 0.1; about {need} tokens would reach {MIN_POWER}: add seeds or max_tokens",
+        f"w >= 0.1 at the Holm level {level:.2g}; about {need} tokens would reach {MIN_POWER}: "
+        "add seeds or max_tokens",
         ev,
     )
 

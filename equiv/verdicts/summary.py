@@ -25,6 +25,7 @@ from equiv.verdicts.classify import run_verdict
 from equiv.verdicts.labels import Label
 from equiv.verdicts.quality import (
     DEFAULT_MARGIN_POINTS,
+    QUALITY_ALPHA,
     Quality,
     quality,
     samples_from_records,
@@ -225,10 +226,15 @@ def summarize(
         (True, [s for s in graded if s.seed is None]),
         (False, [s for s in graded if s.seed is not None]),
     ]
+    # A run "dropped" when either mode's answer does: with both modes graded, each answers at
+    # half the level (Bonferroni), so the run's drop has a false-alarm rate of QUALITY_ALPHA.
+    modes = [(temp0, samples) for temp0, samples in by_mode if samples]
+    alpha = QUALITY_ALPHA / max(len(modes), 1)
     summary.quality = tuple(
         q
-        for temp0, samples in by_mode
-        if (q := quality(samples, temp0=temp0, margin_points=quality_margin)) is not None
+        for temp0, samples in modes
+        if (q := quality(samples, temp0=temp0, margin_points=quality_margin, alpha=alpha))
+        is not None
     )
     for record in results:
         summary.suites.setdefault(record.suite, SuiteSummary(record.suite)).add(record)
