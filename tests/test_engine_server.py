@@ -659,6 +659,61 @@ def test_a_server_that_never_gets_healthy_times_out_with_its_log(tmp_path):
     assert time.monotonic() - started < 15
 
 
+@pytest.fixture
+def squatter() -> Iterator[int]:
+    """Another process's healthy server (here: a thread of the test's) on a port: what a second
+    test worker's llama-server is to this one when both picked the same free port."""
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"status": "ok"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc tells whose socket")
+def test_a_health_answer_from_another_process_on_the_port_is_not_taken(tmp_path, squatter):
+    stuck = "import time\ntime.sleep(60)\n"
+    binary = _script(tmp_path / "server", stuck)
+    server = ServerProcess([str(binary)], log_path=tmp_path / "s.log", port=squatter)
+    try:
+        with pytest.raises(EngineError, match="taken by another process"):
+            server.wait_healthy(10)
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc tells whose socket")
+def test_start_moves_to_another_port_when_its_port_was_taken(tmp_path, squatter, monkeypatch):
+    from equiv.engines.server import process
+
+    ports = iter([squatter, process.free_port()])
+    monkeypatch.setattr(process, "free_port", lambda: next(ports))
+    binary = _script(tmp_path / "server", HEALTHY)
+    server = ServerProcess.start([str(binary)], log_path=tmp_path / "s.log", timeout_s=30)
+    try:
+        assert server.port != squatter
+        assert process.listens_on(server.proc.pid, server.port)
+    finally:
+        server.stop()
+
+
 def _scored(body: Any) -> Reply:
     """A scoring answer as llama-server gives it: the prompt's length, and timings saying how
     many tokens it evaluated (all when cold, one on top of the cached prefix)."""

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from equiv.config import RunConfig
 from equiv.errors import ConfigError, EngineError
@@ -190,10 +191,53 @@ def split_draft(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut:]
 
 
+def _resolve_prctl() -> Any:
+    """libc's prctl, looked up once in the parent: the child, forked from a threaded process,
+    then only calls it (no library loading between fork and exec)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _resolve_prctl()
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Linux: SIGTERM the server when the thread that started it (equiv's main thread) dies."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _listening_inodes(port: int) -> set[str] | None:
+    """Inodes of the sockets listening on 127.0.0.1:``port`` (Linux /proc/net/tcp); None where
+    that cannot be read."""
+    try:
+        lines = Path("/proc/net/tcp").read_text(encoding="ascii").splitlines()[1:]
+    except OSError:
+        return None
+    want = f"0100007F:{port:04X}"
+    return {f[9] for f in (line.split() for line in lines) if f[1] == want and f[3] == "0A"}
+
+
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the socket listening on 127.0.0.1:``port``: a /health
+    answer on a port another server took first (another test worker's, between `free_port`
+    and this server's bind) is not this server's. None where /proc cannot tell."""
+    inodes = _listening_inodes(port)
+    if inodes is None:
+        return None
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                return True
+    return False
 
 
 class ServerProcess:
@@ -213,7 +257,7 @@ class ServerProcess:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C goes to equiv, which stops the server itself
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=_die_with_parent if _PRCTL is not None else None,
             )
         except OSError as exc:
             self._log.close()
@@ -238,9 +282,10 @@ class ServerProcess:
             try:
                 server.wait_healthy(timeout_s)
                 return server
-            except EngineError:
+            except EngineError as exc:
                 server.stop()
-                bind_failed = re.search(r"bind|address already in use", log_tail(log_path), re.I)
+                said = f"{exc}\n{log_tail(log_path)}"
+                bind_failed = re.search(r"bind|address already in use", said, re.I)
                 if not bind_failed or attempt == attempts - 1:
                     raise
             except BaseException:  # Ctrl-C while loading: never leave a server behind
@@ -260,7 +305,12 @@ class ServerProcess:
                     "fix the cause above (model path, flags, memory) and rerun"
                 )
             if _health_ok("127.0.0.1", self.port):
-                return
+                if listens_on(self.proc.pid, self.port) is not False:
+                    return
+                raise EngineError(  # another process answered: retried on another port
+                    f"port {self.port} was taken by another process (address already in use) "
+                    f"before llama-server bound it"
+                )
             if time.monotonic() > deadline:
                 raise EngineError(
                     f"llama-server on {self.url} was not healthy after {timeout_s:.0f} s; its log "
