@@ -14,7 +14,7 @@ def _sorted_top(row: np.ndarray, k: int) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("scale", [0.5, 3.0, 8.0])
-@pytest.mark.parametrize("peak", [0.0, 6.0, 30.0])
+@pytest.mark.parametrize("peak", [0.0, 6.0, 12.0, 20.0, 30.0, 50.0])
 def test_top_k_matches_a_full_sort(scale, peak):
     rng = np.random.default_rng(int(scale * 10 + peak))
     for _ in range(5):

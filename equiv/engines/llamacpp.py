@@ -29,6 +29,7 @@ from equiv.models.gguf import read_gguf_info
 from equiv.models.quiet import quiet_stderr
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
+from equiv.records.generation import top_k
 
 __all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine"]
 
@@ -101,11 +102,11 @@ class GGUFDraftModel(LlamaDraftModel):
         drafted: list[int] = []
         while len(drafted) < budget:
             row = _last_row(llm)
-            top = np.argpartition(row, -_DRAFT_TOP_N)[-_DRAFT_TOP_N:]
+            top = top_k(row, _DRAFT_TOP_N)  # descending, lowest id first on ties
             logits = row[top].astype(np.float64)
             probs = np.exp(logits - logits.max())
             probs /= probs.sum()
-            best = int(top[np.lexsort((top, -logits))[0]])  # argmax, lowest id on ties
+            best = int(top[0])
             if float(probs.max()) < self.config.p_min:
                 break
             drafted.append(best)

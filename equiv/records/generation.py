@@ -23,6 +23,7 @@ __all__ = [
     "TokenAlternatives",
     "decode_rate",
     "speedup",
+    "top_k",
 ]
 
 
@@ -42,6 +43,26 @@ def speedup(baseline_tps: float, speculative_tps: float) -> float | None:
     return speculative_tps / baseline_tps if baseline_tps and speculative_tps else None
 
 
+def top_k(row: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
+    """The ids of a logits row's ``k`` largest values, descending, ties by ascending id.
+
+    A logits row is peaked: its top k nearly always lie within a few logits of its maximum, so a
+    comparison or two finds them (and every tie at the k-th value) without partitioning the
+    whole vocabulary (100x the cost); the full partition is the fallback.
+    """
+    k = min(k, row.shape[0])
+    peak = row.max()
+    top = None
+    for window in _TOP_WINDOWS:
+        found = np.flatnonzero(row >= peak - window)
+        if found.size >= k:
+            top = found if found.size <= _TOP_MAX else None
+            break
+    if top is None:
+        top = np.argpartition(row, -k)[-k:]
+    return top[np.lexsort((top, -row[top]))][:k]
+
+
 @dataclass(frozen=True)
 class TokenAlternatives:
     """The top-k candidates (ids and raw logits, descending) of the row a token was sampled from."""
@@ -56,20 +77,7 @@ class TokenAlternatives:
 
     @classmethod
     def from_row(cls, row: npt.NDArray[np.float32], k: int) -> TokenAlternatives:
-        k = min(k, row.shape[0])
-        # A logits row is peaked: its top k nearly always lie within a few logits of its maximum,
-        # so a comparison or two finds them (and every tie at the k-th value) without
-        # partitioning the whole vocabulary (100x the cost); the full partition is the fallback.
-        peak = row.max()
-        top = None
-        for window in _TOP_WINDOWS:
-            found = np.flatnonzero(row >= peak - window)
-            if found.size >= k:
-                top = found if found.size <= _TOP_MAX else None
-                break
-        if top is None:
-            top = np.argpartition(row, -k)[-k:]
-        order = top[np.lexsort((top, -row[top]))][:k]  # descending logit, ties by ascending id
+        order = top_k(row, k)
         return cls(
             ids=tuple(int(i) for i in order),
             logits=tuple(round(float(row[i]), 5) for i in order),
