@@ -84,9 +84,10 @@ def sampling_run(config: RunConfig, prompts: list[str], out: Path) -> None:
         tests = {t["name"]: t for t in analysis["tests"]}
         spec = tests.get("sampler-consistency:speculative", {})
         temp = tests.get("temperature:speculative", {})
+        power = verdict.evidence.get("power")  # at Holm's first step, as the verdict uses it
         print(
             f"  {analysis['key']}: {verdict.label.value} (PIT n={spec.get('n')}, power "
-            f"{spec.get('power') or 0:.2f} for w=0.1; temperature test power "
+            f"{power or 0:.2f} for w=0.1 at alpha/m; temperature test power "
             f"{temp.get('power') or 0:.2f} for a 10% error, p_adj {temp.get('p_adjusted')})"
         )
         print(f"      {verdict.reason[:200]}")

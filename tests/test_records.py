@@ -316,3 +316,32 @@ def test_a_header_alone_is_replaced_but_results_are_not(tmp_path):
     results.append(ResultsFile(TEMP0).read().results[0])
     with pytest.raises(ResultsError, match="already holds results"):
         results.write_header(header)
+
+
+def test_drop_rewrites_the_file_without_those_results_and_keeps_every_other_line(tmp_path):
+    """What a resumed run does to results whose re-scoring failed: their lines (and their
+    prompt's analysis) go, every other line stays byte for byte, a damaged line included, and a
+    torn last line goes too."""
+    import shutil
+
+    path = tmp_path / "results.jsonl"
+    shutil.copy(Path(__file__).parent / "fixtures" / "sampling_results.jsonl", path)
+    original = path.read_bytes().splitlines(keepends=True)
+    damaged = b'{"kind": "result", "key": "x"\n'  # not a whole record: kept, never guessed
+    torn = b'{"kind":"result","key":"code/fib_lt::seed9","sui'
+    path.write_bytes(b"".join(original[:3]) + damaged + b"".join(original[3:]) + torn)
+    gone = {"code/fib_lt::seed2", "code/fib_lt::sampling"}
+    results = ResultsFile(path)
+    assert results.drop(gone) == 2
+    kept = path.read_bytes().splitlines(keepends=True)
+    assert kept == [
+        *original[:3],
+        damaged,
+        *(line for line in original[3:] if json.loads(line).get("key") not in gone),
+    ]
+    contents = results.read()
+    assert not contents.torn
+    assert "code/fib_lt::seed2" not in contents.done_keys
+    assert "code/fib_lt::seed3" in contents.done_keys
+    assert [a.key for a in contents.analyses] == ["chat/capital_france::sampling"]
+    assert not list(tmp_path.glob("*.tmp"))

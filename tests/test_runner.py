@@ -4,7 +4,7 @@ import pytest
 
 from equiv.config import ModelSpec, RunConfig
 from equiv.engines.llamacpp import make_engine
-from equiv.errors import ConfigError, PromptError
+from equiv.errors import ConfigError, EngineError, PromptError
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
 from equiv.run.runner import SELF_DRAFT_MIN_ACCEPTANCE, Runner, plan
@@ -116,3 +116,62 @@ def test_prompt_longer_than_the_context_is_refused_before_running(model_pair, tm
     with Runner(config, make_engine, path) as runner, pytest.raises(PromptError, match=message):
         runner.run(plan([long_prompt], config))
     assert ResultsFile(path).results() == []
+
+
+class _RescoringTimesOut:
+    """The llama-cpp-python engine whose re-scoring fails while ``failing`` is set, as a server's
+    does when it times out in the middle of re-scoring; ``generated`` counts generations."""
+
+    failing = True
+    generated = 0
+
+    def __init__(self, config, *, speculative):
+        self.inner = make_engine(config, speculative=speculative)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, *args, **kwargs):
+        type(self).generated += 1
+        return self.inner.generate(*args, **kwargs)
+
+    def rescore(self, prompt_tokens, tokens, *, batched):
+        if type(self).failing:
+            raise EngineError("the baseline server did not answer within 5 s")
+        return self.inner.rescore(prompt_tokens, tokens, batched=batched)
+
+
+def test_resume_redoes_the_results_whose_rescoring_failed(temp0_config, tmp_path):
+    from equiv.verdicts.labels import Label
+
+    path = tmp_path / "results.jsonl"
+    items = plan(_prompts(NEAR_TIE_PROMPTS), temp0_config)
+    with Runner(temp0_config, _RescoringTimesOut, path) as runner:
+        runner.run(items)
+    first = {r.key: r for r in ResultsFile(path).results()}
+    failed = {k for k, r in first.items() if r.rescore_failed}
+    assert failed, "no prompt diverged: choose prompts with near-ties on this machine"
+    for key in failed:  # kept, labelled with the reason, not guessed
+        assert first[key].judged.label is Label.INCONCLUSIVE
+        assert "did not answer within 5 s" in first[key].judged.reason
+        assert "--resume redoes it" in first[key].judged.reason
+
+    _RescoringTimesOut.failing = False
+    _RescoringTimesOut.generated = 0
+    try:
+        with Runner(temp0_config, _RescoringTimesOut, path) as runner:
+            runner.run(items, resume=True)
+    finally:
+        _RescoringTimesOut.failing = True
+    results = ResultsFile(path)
+    assert not results.read().problems  # one result per key: the failed ones were replaced
+    again = {r.key: r for r in results.results()}
+    assert set(again) == set(first)
+    assert _RescoringTimesOut.generated == 2 * len(failed)  # only the failed ones, both paths
+    for key, record in again.items():
+        assert not record.rescore_failed
+        if key in failed:
+            assert record.judged.label in (Label.NUMERIC_DRIFT, Label.SAMPLER_BUG)
+            assert "drift_bound" in record.judged.evidence
+        else:
+            assert record.to_dict() == first[key].to_dict()  # untouched

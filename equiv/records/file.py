@@ -18,10 +18,11 @@ behind, and raises `DiskFullError` (or `ResultsError` for another I/O error).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,6 +294,51 @@ class ResultsFile:
             raise self._write_error(exc) from None
         self._cache = None
         return True
+
+    def drop(self, keys: Collection[str]) -> int:
+        """Rewrite the file without the results and analyses of ``keys`` (a resumed run redoes
+        them) and without a torn last line; every other line is kept byte for byte, unreadable
+        ones included. Atomic: a new file, fsynced, renamed over the old one, so a crash leaves
+        either file whole. For the process that holds the results lock. Returns lines dropped."""
+        wanted = set(keys)
+        try:
+            lines = self.path.read_bytes().split(b"\n")
+        except OSError as exc:
+            raise self._write_error(exc) from None
+        kept: list[bytes] = []
+        dropped = 0
+        for raw in lines[:-1]:  # the last piece: b"" after a final newline, else a torn line
+            try:
+                data = json.loads(raw)
+            except ValueError:
+                data = None
+            if (
+                isinstance(data, dict)
+                and data.get("kind") in (Kind.RESULT.value, Kind.ANALYSIS.value)
+                and data.get("key") in wanted
+            ):
+                dropped += 1
+                continue
+            kept.append(raw + b"\n")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            with tmp.open("wb") as fh:
+                fh.writelines(kept)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+            with contextlib.suppress(OSError):  # the rename itself, on file systems that allow
+                dir_fd = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise self._write_error(exc) from None
+        self._cache = None
+        return dropped
 
     def append(self, record: Record) -> None:
         """Append one record as one line: written whole and fsynced, or not at all."""

@@ -209,6 +209,14 @@ class ResultRecord:
             return Verdict(Label.EQUIVALENT, "token IDs identical")
         return Verdict(Label.INCONCLUSIVE, "outputs differ; not classified yet")
 
+    @property
+    def rescore_failed(self) -> bool:
+        """Re-scoring the target failed for this result (a server timed out or refused): the
+        generations are kept, the verdict says why, and a resumed run redoes it."""
+        if "rescore_error" in self.evidence.get("speculative", {}):
+            return True
+        return self.verdict is not None and bool(self.verdict.evidence.get("rescore_failed"))
+
     def generation(self, path: str) -> Generation:
         """``baseline`` or ``speculative``."""
         return self.speculative if path == "speculative" else self.baseline

@@ -215,7 +215,13 @@ class Runner:
                     "or choose another --out directory"
                 )
             self._check_resume(header)
-        done = set() if fresh else contents.done_keys
+        # Results whose re-scoring failed (a server timed out) are redone, with the analysis of
+        # their prompt: their generations were kept, but their verdict is not finished.
+        redo: set[str] = set()
+        if not fresh and self._can_rescore():
+            failed = [r for r in contents.results if r.rescore_failed]
+            redo = {r.key for r in failed} | {f"{r.prompt.key}::sampling" for r in failed}
+        done = set() if fresh else contents.done_keys - redo
         todo = [item for item in items if item.key not in done]
         # Every up-front check before anything is written.
         if not fresh:
@@ -226,6 +232,8 @@ class Runner:
         )
         if fresh:
             self.results.write_header(header)
+        elif redo:
+            self.results.drop(redo)  # and a torn last line with them
         else:
             self.results.cut_torn()  # a record a crash cut short: redone below, if a result
         # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.

@@ -215,9 +215,11 @@ def classify_temp0(
     try:
         single_rows, batched_rows = _calibration_rows(baseline, d, rescore)
     except EngineError as exc:
+        ev["rescore_failed"] = True  # a resumed run redoes this result
         return Verdict(
             Label.INCONCLUSIVE,
-            f"re-scoring the target at token {d} failed ({exc}); the generations are kept",
+            f"re-scoring the target at token {d} failed ({exc}); the generations are kept and "
+            "--resume redoes it",
             ev,
         )
     return _temp0_rule(d, a, b, used, single_rows, batched_rows, ev, name=name)
