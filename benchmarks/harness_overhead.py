@@ -108,6 +108,9 @@ def main() -> None:
     print(f"equiv runner:           median {statistics.median(equiv_times):.2f} s")
     print(f"overhead ratio:         {ratio:.3f}  (goal <= 1.05)")
     print(f"grading, on its own:    {grading:.2f} s for {len(graded)} graded prompts")
+    diverged = [r["key"].split("::")[0] for r in records if not r["comparison"]["identical"]]
+    print(f"diverged (re-scored by the temp-0 rule): {len(diverged)} of {len(records)}")
+    print(f"  {','.join(diverged)}")
     print(f"peak RSS:               {peak:.0f} MiB")
 
 
