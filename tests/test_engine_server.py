@@ -4,6 +4,7 @@ bad answer a real deployment can give. No model is loaded; see test_engine_serve
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 import threading
@@ -712,6 +713,39 @@ def test_start_moves_to_another_port_when_its_port_was_taken(tmp_path, squatter,
         assert process.listens_on(server.proc.pid, server.port)
     finally:
         server.stop()
+
+
+def test_a_wrapper_script_whose_child_serves_is_healthy(tmp_path):
+    """--server-bin may be a script that starts llama-server as its child (no exec): the child
+    holds the socket, and that counts as the server's."""
+    server_py = _script(tmp_path / "server.py", HEALTHY)
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\n"{server_py}" "$@"\necho done\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    server = ServerProcess.start([str(wrapper)], log_path=tmp_path / "s.log", timeout_s=30)
+    try:
+        assert server.alive()
+    finally:
+        server.stop()
+    deadline = time.monotonic() + 10
+    while _live_in_group(server.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _live_in_group(server.proc.pid)  # the wrapper's child went with it
+
+
+def _live_in_group(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that are not zombies (an orphan's zombie waits for init)."""
+    live = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat_line = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat_line.rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                live.append(int(entry))
+    return live
 
 
 def _scored(body: Any) -> Reply:

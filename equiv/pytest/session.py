@@ -293,7 +293,7 @@ class CheckSession:
         # The file is the source of truth: results, then what else the run appended (controls,
         # and in sampling mode the prompt's analysis, whose verdict speaks for all its seeds).
         contents = runner.results.read()
-        new = contents.records[seen:]
+        new = contents.records[seen - runner.dropped :]  # less what the run redid in place
         records = [r for r in new if isinstance(r, ResultRecord)]
         extras = [r for r in new if isinstance(r, EventRecord | AnalysisRecord)]
         judged: list[ResultRecord | AnalysisRecord] = [

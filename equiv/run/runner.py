@@ -81,6 +81,7 @@ class Runner:
         self.results = ResultsFile(results_path)
         self.extra_header = extra_header or {}
         self.differences: list[str] = []
+        self.dropped = 0  # records the last `run` removed to redo them (failed re-scoring)
         self._prompt_alpha = config.alpha
         if factory is None and engines is None:
             raise ValueError("a Runner needs an engine factory or a built pair of engines")
@@ -202,6 +203,7 @@ class Runner:
         time (the pytest plugin) passes the suite's size.
         """
         header = self.header(command)
+        self.dropped = 0
         contents = self.results.read()
         if contents.header is None and not contents.replaceable:
             self.results.header()  # not a results file: ResultsError naming its first line
@@ -217,9 +219,16 @@ class Runner:
             self._check_resume(header)
         # Results whose re-scoring failed (a server timed out) are redone, with the analysis of
         # their prompt: their generations were kept, but their verdict is not finished.
+        # Only this run's items, and only where re-scoring can now run (temp 0: both rows;
+        # sampling: the baseline's single-token rows).
         redo: set[str] = set()
-        if not fresh and self._can_rescore():
-            failed = [r for r in contents.results if r.rescore_failed]
+        if not fresh:
+            keys = {item.key for item in items}
+            failed = [
+                r
+                for r in contents.results
+                if r.key in keys and r.rescore_failed and self._can_redo(r.mode)
+            ]
             redo = {r.key for r in failed} | {f"{r.prompt.key}::sampling" for r in failed}
         done = set() if fresh else contents.done_keys - redo
         todo = [item for item in items if item.key not in done]
@@ -233,7 +242,7 @@ class Runner:
         if fresh:
             self.results.write_header(header)
         elif redo:
-            self.results.drop(redo)  # and a torn last line with them
+            self.dropped = self.results.drop(redo)  # and a torn last line with them
         else:
             self.results.cut_torn()  # a record a crash cut short: redone below, if a result
         # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.
@@ -291,6 +300,12 @@ class Runner:
         if engine is None:
             raise ConfigError("re-scoring asked of an engine that does not offer it")
         return engine.rescore(prompt, tokens, batched=batched)
+
+    def _can_redo(self, mode: Mode) -> bool:
+        """Whether a result of ``mode`` whose re-scoring failed can be finished now."""
+        if mode is Mode.TEMP0:
+            return self._can_rescore()
+        return rescorer(self.baseline) is not None
 
     def _can_rescore(self) -> bool:
         return rescorer(self.baseline) is not None and rescorer(self._batcher()) is not None

@@ -537,7 +537,8 @@ def classify_sampling(
     # Power at Holm's first step, alpha / m: the level a lone rejection among the prompt's m
     # tests must reach (the test's own figure is at alpha, which Holm never grants it).
     level = alpha / max(len(analysis["tests"]), 1)
-    power = chi2_power(n, df, alpha=level, w=0.1) if power_test is not None and n > 0 else 0.0
+    ran = power_test is not None and n > 0 and power_test.get("df") is not None
+    power = chi2_power(n, df, alpha=level, w=0.1) if ran else 0.0  # a test without data: none
     ev["power"] = power
     ev["power_alpha"] = level
     temperature = _test(analysis, "temperature:speculative")

@@ -228,7 +228,7 @@ def summarize(
     ]
     # A run "dropped" when either mode's answer does: with both modes graded, each answers at
     # half the level (Bonferroni), so the run's drop has a false-alarm rate of QUALITY_ALPHA.
-    modes = [(temp0, samples) for temp0, samples in by_mode if samples]
+    modes = [(temp0, samples) for temp0, samples in by_mode if any(s.usable for s in samples)]
     alpha = QUALITY_ALPHA / max(len(modes), 1)
     summary.quality = tuple(
         q

@@ -221,23 +221,48 @@ def _listening_inodes(port: int) -> set[str] | None:
     return {f[9] for f in (line.split() for line in lines) if f[1] == want and f[3] == "0A"}
 
 
+def _socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds open (empty where /proc will not say)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    found.add(link[8:-1])
+    return found
+
+
+def _process_tree(pid: int) -> set[int]:
+    """``pid`` and its descendants (a wrapper script's llama-server is its child)."""
+    tree: set[int] = set()
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        if current in tree:
+            continue
+        tree.add(current)
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):
+                todo.extend(int(c) for c in children.read_text().split())
+    return tree
+
+
 def listens_on(pid: int, port: int) -> bool | None:
-    """Whether process ``pid`` holds the socket listening on 127.0.0.1:``port``: a /health
-    answer on a port another server took first (another test worker's, between `free_port`
-    and this server's bind) is not this server's. None where /proc cannot tell."""
+    """Whether process ``pid`` (or one of its descendants) holds the socket listening on
+    127.0.0.1:``port``: a /health answer on a port another server took first (another test
+    worker's, between `free_port` and this server's bind) is not this server's. False only when
+    another process is seen holding it; None where /proc cannot tell."""
     inodes = _listening_inodes(port)
-    if inodes is None:
+    if not inodes:
         return None
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return None
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if link.startswith("socket:[") and link[8:-1] in inodes:
-                return True
-    return False
+    tree = _process_tree(pid)
+    if any(_socket_inodes(p) & inodes for p in tree):
+        return True
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in tree and _socket_inodes(int(entry)) & inodes:
+            return False
+    return None
 
 
 class ServerProcess:
@@ -284,8 +309,10 @@ class ServerProcess:
                 return server
             except EngineError as exc:
                 server.stop()
-                said = f"{exc}\n{log_tail(log_path)}"
-                bind_failed = re.search(r"bind|address already in use", said, re.I)
+                taken = "taken by another process" in str(exc)
+                bind_failed = taken or re.search(
+                    r"bind|address already in use", log_tail(log_path), re.I
+                )
                 if not bind_failed or attempt == attempts - 1:
                     raise
             except BaseException:  # Ctrl-C while loading: never leave a server behind
@@ -323,19 +350,29 @@ class ServerProcess:
         return self.proc.poll() is None
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """Terminate, wait up to ``grace_s``, then kill. Safe to call twice."""
+        """Terminate its process group (a wrapper script's llama-server too), wait up to
+        ``grace_s``, then kill it. Safe to call twice."""
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
+                self._signal(signal.SIGKILL)
                 self.proc.wait(timeout=grace_s)
+        # What the group left behind once its leader ended (a wrapper's child): ended too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self._log.close()
         with _LIVE_LOCK:
             _LIVE.discard(self)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        """``sig`` to the server's process group (it leads one: ``start_new_session``)."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(sig)
 
 
 def _health_ok(host: str, port: int) -> bool:
