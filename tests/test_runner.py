@@ -159,6 +159,12 @@ def test_resume_redoes_the_results_whose_rescoring_failed(temp0_config, tmp_path
     _RescoringTimesOut.failing = False
     _RescoringTimesOut.generated = 0
     try:
+        # A resume of other prompts leaves these alone (they are redone when they are asked).
+        others = [item for item in items if item.key not in failed]
+        with Runner(temp0_config, _RescoringTimesOut, path) as runner:
+            runner.run(others, resume=True)
+        assert _RescoringTimesOut.generated == 0
+        assert {r.key for r in ResultsFile(path).results() if r.rescore_failed} == failed
         with Runner(temp0_config, _RescoringTimesOut, path) as runner:
             runner.run(items, resume=True)
     finally:
