@@ -303,11 +303,13 @@ class LlamaCppEngine:
         )
 
     def _cache_prefix(self, prompt_tokens: Sequence[int]) -> None:
-        """State reuse across seeds: the prompt minus its last token is evaluated once.
+        """The prompt minus its last token in the KV cache, evaluated (without output rows) only
+        when the cache does not hold it already.
 
-        llama-cpp-python's prefix matching then re-evaluates only the last prompt token before
-        each seed's decode, so every seed (the first included) starts from the same KV cache and
-        the same single-token row, and an extra seed costs only its own decode.
+        Sampling: llama-cpp-python's prefix matching then re-evaluates only the last prompt
+        token before each seed's decode, so every seed (the first included) starts from the same
+        KV cache and the same single-token row, and an extra seed costs only its own decode.
+        Batched re-scoring: the batch goes on top of the prompt this path just generated from.
         """
         llm = self.llm
         head = list(prompt_tokens[:-1])
@@ -352,13 +354,9 @@ class LlamaCppEngine:
             if not llm._logits_all:
                 raise EngineError("batched re-scoring needs the speculative path (logits_all)")
             # As verification does: one batch with every row computed, on top of the prompt's
-            # KV. That is usually in the cache already (this path just generated from the same
-            # prompt); else it is evaluated without output rows, which would only cost time.
-            head = list(prompt_tokens[:-1])
-            if not (llm.n_tokens >= len(head) and llm.input_ids[: len(head)].tolist() == head):
-                llm.reset()
-                self._eval_without_rows(head)
-            llm.n_tokens = len(head)  # eval drops the KV cache from here on
+            # KV (usually in the cache already: this path just generated from the same prompt).
+            self._cache_prefix(prompt_tokens)
+            llm.n_tokens = n_prompt - 1  # eval drops the KV cache from here on
             llm.eval([prompt_tokens[-1], *tokens[:-1]])
             rows[:] = llm.scores[n_prompt - 1 : n_prompt - 1 + n]
             return rows

@@ -55,6 +55,7 @@ import numpy.typing as npt
 from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
 from equiv.records import Comparison, Generation
+from equiv.records.generation import top_k
 from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.stats import chi2_power, min_detectable_w
 
@@ -420,15 +421,11 @@ def gap_movements(
 def _top_known(
     s: npt.NDArray[np.floating[Any]], bt: npt.NDArray[np.floating[Any]], k: int
 ) -> npt.NDArray[np.intp]:
-    """The top ``k`` of row ``s`` among the ids finite in both rows (`_top`'s order). A full
-    row's candidates lie near its maximum: it is searched there first (as
-    `TokenAlternatives.from_row`), and in full only when fewer than ``k`` are found."""
-    peak = s.max()
-    if np.isfinite(peak):
-        near = np.flatnonzero(s >= peak - 16.0)
-        near = near[np.isfinite(bt[near])]
-        if near.size >= k:
-            return _top(s, near, k)
+    """The top ``k`` of row ``s`` among the ids finite in both rows (`_top`'s order): full rows
+    (in process) by `top_k`, which searches near the row's maximum first; rows a server knows
+    only in part (-inf elsewhere) among their few known ids."""
+    if np.isfinite(s).all() and np.isfinite(bt).all():
+        return top_k(s, k)
     return _top(s, np.flatnonzero(np.isfinite(s) & np.isfinite(bt)), k)
 
 
