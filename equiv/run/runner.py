@@ -32,7 +32,7 @@ from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.sampling_evidence import (
     analyze_prompt,
     chain_pit,
-    chain_score,
+    chain_sensitivity,
     judgement_evidence,
     top_k_rows,
 )
@@ -370,7 +370,7 @@ class Runner:
                 rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
             if rows is not None:
                 record[path]["chain_pit"] = chain_pit(rows, gen.tokens, sampling)
-                record[path]["chain_score"] = chain_score(rows, gen.tokens, sampling)
+                record[path]["chain_sensitivity"] = chain_sensitivity(rows, gen.tokens, sampling)
         if spec.logits is not None and self.speculative.capabilities.judgements:
             sampling = self.config.for_path(speculative=True).sampling
             record["speculative"].update(
@@ -391,7 +391,7 @@ class Runner:
             record["speculative"]["target_pit"] = chain_pit(
                 target, spec.tokens, self.config.sampling
             )
-            record["speculative"]["target_score"] = chain_score(
+            record["speculative"]["target_sensitivity"] = chain_sensitivity(
                 target, spec.tokens, self.config.sampling
             )
         self._rescore_cost(record)

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from scipy import stats as sps
 
 from equiv.config import SamplingConfig
 from equiv.records import Drift, Judgement
@@ -46,7 +47,7 @@ from equiv.verdicts.stats import (
     mann_whitney,
     pit_uniformity_test,
     randomized_pit,
-    temperature_score_test,
+    temperature_test,
     top_token_test,
 )
 
@@ -55,7 +56,7 @@ __all__ = [
     "PIT_BINS",
     "analyze_prompt",
     "chain_pit",
-    "chain_score",
+    "chain_sensitivity",
     "judgement_evidence",
     "top_k_rows",
 ]
@@ -119,26 +120,34 @@ def chain_pit(
     ]
 
 
-def chain_score(
+def chain_sensitivity(
     rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
-) -> list[list[float]]:
-    """``[s_x - E_p[s], Var_p[s], in_support]`` of every emitted token, for the temperature score
-    test (`equiv.verdicts.stats.temperature_score_test`): p is the chain's distribution, s its
-    log (the scaled logits up to a constant). A token outside the chain's support gives
-    ``[0, 0, 0]``: the score would be -inf, and the PIT already counts it."""
+) -> list[float]:
+    """Each emitted position's sensitivity to the temperature, for the temperature test
+    (`equiv.verdicts.stats.temperature_test`): ``k = d/dλ E_λ[Z] at λ = 1``, where ``Z`` is the
+    normal score of the position's randomized PIT and ``p_λ(x) ∝ p(x)**λ`` tempers the chain's
+    distribution ``p`` (λ > 1 colder). ``k = Σ_x p(x) (log p(x) - E_p[log p]) E[Z | x]``, with
+    ``E[Z | x] = (φ(Φ⁻¹(a)) - φ(Φ⁻¹(b))) / p(x)`` over the token's PIT interval ``[a, b]`` (tokens
+    ranked as in `equiv.verdicts.chain.pit_position`). It depends on the row, not on the token
+    drawn, so it can weigh the position. 0 where the chain leaves one token, or where the token
+    is outside the chain's support (the PIT counts that)."""
     out = []
     for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
         ids, probs = _chain(row, tokens[:i], sampling)
         keep = probs > 0
         ids, probs = ids[keep], probs[keep]
         where = int(np.searchsorted(ids, token))
-        if where >= ids.size or ids[where] != token:
-            out.append([0.0, 0.0, 0.0])
+        if ids.size < 2 or where >= ids.size or ids[where] != token:
+            out.append(0.0)
             continue
-        logp = np.log(probs)
-        mean = float(np.dot(probs, logp))
-        var = max(float(np.dot(probs, (logp - mean) ** 2)), 0.0)
-        out.append([round(float(logp[where]) - mean, 9), round(var, 9), 1.0])
+        order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
+        p = probs[order]
+        upper = np.clip(np.cumsum(p), 0.0, 1.0)
+        lower = np.clip(upper - p, 0.0, 1.0)
+        density = sps.norm.pdf(sps.norm.ppf(lower)) - sps.norm.pdf(sps.norm.ppf(upper))
+        logp = np.log(p)
+        centred = logp - float(np.dot(p, logp))
+        out.append(round(float(np.dot(centred, density)), 9))  # Σ p · centred · E[Z | x]
     return out
 
 
@@ -308,11 +317,10 @@ def analyze_prompt(
         result = pit_uniformity_test(u[path], alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
         tests.append(_renamed(result, f"sampler-consistency:{path}"))
         tests.append(_renamed(_top_token(records, path, alpha, key), f"top-token:{path}"))
-        score_key = key.replace("_pit", "_score")
-        if all(score_key in r[path] for r in records):
-            tests.append(
-                _renamed(_temperature(records, path, score_key, alpha), f"temperature:{path}")
-            )
+        sens_key = key.replace("_pit", "_sensitivity")
+        if all(sens_key in r[path] for r in records):
+            result = _temperature(records, path, (key, sens_key), alpha, pit_seed + 1)
+            tests.append(_renamed(result, f"temperature:{path}"))
     tests.extend(_stage_tests(records, alpha, pit_seed, effect_w))
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
     tests.append(
@@ -387,11 +395,19 @@ def _pit_keys(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[st
 
 
 def _temperature(
-    records: Sequence[Mapping[str, Any]], path: str, key: str, alpha: float
+    records: Sequence[Mapping[str, Any]],
+    path: str,
+    keys: tuple[str, str],
+    alpha: float,
+    seed: int,
 ) -> TestResult:
-    scores = [t for r in records for t in r[path].get(key, []) if t[2] > 0]
-    arr = np.asarray(scores, dtype=np.float64).reshape(-1, 3)
-    return temperature_score_test(arr[:, 0], arr[:, 1], alpha=alpha)
+    """The temperature test on every emitted position: its randomized PIT and its sensitivity."""
+    pit_key, sens_key = keys
+    pits = [t for r in records for t in r[path].get(pit_key, [])]
+    sens = [k for r in records for k in r[path].get(sens_key, [])]
+    arr = np.asarray(pits, dtype=np.float64).reshape(-1, 3)
+    u = randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed))
+    return temperature_test(u, sens, alpha=alpha)
 
 
 def _renamed(result: TestResult, name: str) -> TestResult:

@@ -38,7 +38,7 @@ __all__ = [
     "min_detectable_w",
     "pit_uniformity_test",
     "randomized_pit",
-    "temperature_score_test",
+    "temperature_test",
     "top_token_test",
 ]
 
@@ -248,50 +248,62 @@ def top_token_test(
     )
 
 
-def temperature_score_test(
-    centred: npt.ArrayLike,
-    variance: npt.ArrayLike,
+def temperature_test(
+    u: npt.ArrayLike,
+    sensitivity: npt.ArrayLike,
     *,
     alpha: float,
     rel_error: float = 0.1,
 ) -> TestResult:
-    """Score test of the effective temperature: were the tokens drawn at the stated temperature?
+    """Were the tokens drawn at the stated temperature, or colder or hotter?
 
-    At each position the chain leaves a support S and scaled logits ``s = z / T``; H0: the token
-    x is drawn from ``p(x) ∝ exp(s_x)`` on S. In the family ``p_λ(x) ∝ exp(λ s_x)`` (λ = 1 under
+    The family ``p_λ(x) ∝ p(x)**λ`` tempers each position's chain distribution ``p`` (λ = 1 under
     H0; λ > 1 a colder sampler: greedy-ish acceptance, a temperature applied too low; λ < 1 a
-    hotter one) the score at λ = 1 is ``U = Σ (s_x - E_p[s])`` with variance ``V = Σ Var_p[s]``
-    (``centred`` and ``variance``, one entry per emitted token). ``z = U / sqrt(V)`` is N(0, 1)
-    under H0 (martingale central limit; positions are conditionally independent given the
-    history); the p-value is two-sided. Near-certain positions have ``Var_p[s] ≈ 0`` and weigh
-    nothing: the test spends its power where the tokens carry evidence. ``power`` is that against
-    a temperature off by ``rel_error`` (λ = 1 ± rel_error; to first order z ~ N((λ - 1) sqrt(V),
-    1)), and ``effect`` the estimated ``λ - 1 = U / V``. Below ``V = 1`` there is no test.
+    hotter one). The statistic weighs the normal scores ``Z = Φ⁻¹(u)`` of the randomized PITs
+    ``u`` (`randomized_pit`, tokens ranked by probability descending) by each position's
+    sensitivity ``k = d/dλ E_λ[Z]`` (`equiv.verdicts.sampling_evidence.chain_sensitivity`)::
+
+        T = Σ k Z / sqrt(Σ k²)        (k <= 0, so T > 0: colder)
+
+    Under H0 each ``Z`` is exactly N(0, 1) given everything before it, whatever the row, and
+    ``k`` is fixed before the token is drawn, so ``T`` is N(0, 1) with Gaussian increments; the
+    p-value is two-sided. Near-certain positions have ``k ≈ 0`` and weigh nothing: the test
+    spends its power where the tokens carry evidence. (The likelihood score ``Σ (log p(x) -
+    E_p[log p])`` is the locally best statistic, but at a peaked position one draw of a
+    1-in-1,000 token moves it by 20 standard deviations: its normal p-values were false alarms
+    at temperature 0.2. The normal scores keep every position's influence Gaussian.)
+    To first order ``T ~ N((λ - 1) sqrt(Σ k²), 1)``: ``power`` is against a temperature off by
+    ``rel_error`` (λ = 1 ± rel_error), and ``effect`` the estimated ``λ - 1 = T / sqrt(Σ k²)``.
+    Below ``Σ k² = 1`` there is no test.
     """
     _check_alpha(alpha)
-    c = np.asarray(centred, dtype=np.float64).reshape(-1)
-    v = np.asarray(variance, dtype=np.float64).reshape(-1)
-    if c.shape != v.shape:
-        raise ValueError(f"centred {c.shape} and variance {v.shape} differ in shape")
-    n = int(c.size)
-    name = "temperature_score"
-    total = float(v.sum())
-    if total < 1.0:
-        return _not_enough(name, alpha, n, f"score variance {total:.2f} < 1: near-certain tokens")
-    u = float(c.sum())
-    z = u / math.sqrt(total)
+    x = np.asarray(u, dtype=np.float64).reshape(-1)
+    k = np.abs(np.asarray(sensitivity, dtype=np.float64).reshape(-1))
+    if x.shape != k.shape:
+        raise ValueError(f"u {x.shape} and sensitivity {k.shape} differ in shape")
+    n = int(np.count_nonzero(k))
+    name = "temperature"
+    info = float(np.dot(k, k))
+    if info < 1.0:
+        why = f"sensitivity Σk² = {info:.2f} < 1 over {n} tokens: near-certain tokens"
+        return _not_enough(name, alpha, n, why)
+    # k <= 0 at every position (a colder draw ranks earlier: smaller u, smaller Z), so with
+    # |k| as the weight a colder sampler makes T positive.
+    z_scores = sps.norm.ppf(np.clip(x, 1e-300, 1.0 - 1e-16))
+    t = -float(np.dot(k, z_scores)) / math.sqrt(info)
     z_crit = float(sps.norm.isf(alpha / 2))
-    lam = rel_error * math.sqrt(total)
-    power = float(sps.norm.sf(z_crit - lam) + sps.norm.cdf(-z_crit - lam))
+    shift = rel_error * math.sqrt(info)
+    power = float(sps.norm.sf(z_crit - shift) + sps.norm.cdf(-z_crit - shift))
     need = ((z_crit + float(sps.norm.isf(1 - 0.8))) / rel_error) ** 2
+    effect = t / math.sqrt(info)
     detail = (
-        f"score {u:.2f} over {n} tokens, variance {total:.1f} (mean {total / n:.3f} per token): "
-        f"the tokens look {'colder' if u > 0 else 'hotter'} than the stated temperature by "
-        f"λ - 1 = {u / total:+.3f}; power {power:.3f} for a temperature off by "
-        f"{rel_error:.0%} (power 0.8 needs a score variance of {need:.0f})"
+        f"normal scores of the randomized PIT over {n} tokens weighed by their sensitivity "
+        f"(Σk² = {info:.1f}): the tokens look {'colder' if t > 0 else 'hotter'} than the stated "
+        f"temperature, λ - 1 = {effect:+.3f}; power {power:.3f} for a temperature off by "
+        f"{rel_error:.0%} (power 0.8 needs Σk² = {need:.0f})"
     )
-    p_value = float(2 * sps.norm.sf(abs(z)))
-    return TestResult(name, z, p_value, alpha, n, None, power, u / total, detail)
+    p_value = float(2 * sps.norm.sf(abs(t)))
+    return TestResult(name, t, p_value, alpha, n, None, power, effect, detail)
 
 
 def _poisson_binom_p(p: FloatArray, x: int) -> float:
