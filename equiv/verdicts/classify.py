@@ -31,11 +31,11 @@ Temperature > 0 from the tests of `equiv.verdicts.sampling_evidence` (Holm-adjus
 prompt at the prompt's share alpha/P of the run's level):
 
 - ``sampler-bug`` if a sampler-consistency test (randomized PIT, the top-token count, or the
-  temperature test: normal scores of the PIT weighed by each position's sensitivity) rejects on either path (its tokens are not draws from
-  its own logits and chain; over HTTP, the speculative samples are tested against the target's
-  rows re-scored on the baseline server, the baseline's against its own top-K), or the logits the
-  speculative sampler used are not the target's (mean KL against the target's single-token
-  re-scoring > 0.1 nats);
+  temperature test: the PIT's normal scores weighed by each position's sensitivity) rejects
+  on either path (its tokens are not draws from its own logits and chain; over HTTP, the
+  speculative samples are tested against the target's rows re-scored on the baseline server,
+  the baseline's against its own top-K), or the logits the speculative sampler used are not the
+  target's (mean KL against the target's single-token re-scoring > 0.1 nats);
 - ``numeric-drift`` if only the two-sample tests reject;
 - ``equivalent`` if nothing rejects and the consistency test had power >= 0.8 for Cohen's w = 0.1
   at alpha / m, Holm's first step over the prompt's m tests (the level a lone rejection needs);

@@ -5,10 +5,11 @@ and the configured sampler chain into two floats (the probability mass ranked be
 and the token's probability), enough for the randomized PIT of the one-sample *sampler
 consistency* test. `analyze_prompt` pools all seeds of one prompt and runs:
 
-- sampler consistency, per path (``stats.pit_uniformity_test`` on the randomized PIT, and
-  ``stats.top_token_test`` on how often the most probable token came out): are the emitted
-  tokens draws from the distribution the path's own logits and chain imply? Holds whatever the
-  numerics;
+- sampler consistency, per path (``stats.pit_uniformity_test`` on the randomized PIT,
+  ``stats.top_token_test`` on how often the most probable token came out, and
+  ``stats.temperature_test`` on the PIT's normal scores weighed by `chain_sensitivity`): are the
+  emitted tokens draws from the distribution the path's own logits and chain imply? Holds
+  whatever the numerics;
 - baseline vs speculative, two-sample: first-token distribution (chi-square on merged bins),
   sequence log-likelihood under the target's single-token evaluation (the same scorer for both
   paths: the baseline's own rows, the speculative samples re-scored), length (KS) and distinct-2
@@ -32,7 +33,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
+from scipy.special import ndtri
 
 from equiv.config import SamplingConfig
 from equiv.records import Drift, Judgement
@@ -120,6 +121,13 @@ def chain_pit(
     ]
 
 
+def _phi_of_quantile(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """φ(Φ⁻¹(x)), 0 at x = 0 and 1."""
+    q = ndtri(x)
+    out: npt.NDArray[np.float64] = np.exp(-0.5 * q * q) / np.sqrt(2.0 * np.pi)
+    return out
+
+
 def chain_sensitivity(
     rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
 ) -> list[float]:
@@ -144,7 +152,7 @@ def chain_sensitivity(
         p = probs[order]
         upper = np.clip(np.cumsum(p), 0.0, 1.0)
         lower = np.clip(upper - p, 0.0, 1.0)
-        density = sps.norm.pdf(sps.norm.ppf(lower)) - sps.norm.pdf(sps.norm.ppf(upper))
+        density = _phi_of_quantile(lower) - _phi_of_quantile(upper)
         logp = np.log(p)
         centred = logp - float(np.dot(p, logp))
         out.append(round(float(np.dot(centred, density)), 9))  # Σ p · centred · E[Z | x]
@@ -318,7 +326,7 @@ def analyze_prompt(
         tests.append(_renamed(result, f"sampler-consistency:{path}"))
         tests.append(_renamed(_top_token(records, path, alpha, key), f"top-token:{path}"))
         sens_key = key.replace("_pit", "_sensitivity")
-        if all(sens_key in r[path] for r in records):
+        if all(key in r[path] and sens_key in r[path] for r in records):
             result = _temperature(records, path, (key, sens_key), alpha, pit_seed + 1)
             tests.append(_renamed(result, f"temperature:{path}"))
     tests.extend(_stage_tests(records, alpha, pit_seed, effect_w))
@@ -401,10 +409,15 @@ def _temperature(
     alpha: float,
     seed: int,
 ) -> TestResult:
-    """The temperature test on every emitted position: its randomized PIT and its sensitivity."""
+    """The temperature test on every emitted position: its randomized PIT and its sensitivity,
+    paired record by record."""
     pit_key, sens_key = keys
-    pits = [t for r in records for t in r[path].get(pit_key, [])]
-    sens = [k for r in records for k in r[path].get(sens_key, [])]
+    pits: list[Sequence[float]] = []
+    sens: list[float] = []
+    for r in records:
+        pairs = list(zip(r[path][pit_key], r[path][sens_key], strict=True))
+        pits.extend(pit for pit, _ in pairs)
+        sens.extend(k for _, k in pairs)
     arr = np.asarray(pits, dtype=np.float64).reshape(-1, 3)
     u = randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed))
     return temperature_test(u, sens, alpha=alpha)

@@ -266,21 +266,28 @@ def temperature_test(
         T = Σ k Z / sqrt(Σ k²)        (k <= 0, so T > 0: colder)
 
     Under H0 each ``Z`` is exactly N(0, 1) given everything before it, whatever the row, and
-    ``k`` is fixed before the token is drawn, so ``T`` is N(0, 1) with Gaussian increments; the
-    p-value is two-sided. Near-certain positions have ``k ≈ 0`` and weigh nothing: the test
+    ``k`` is fixed before the token is drawn: ``Σ k Z`` is a martingale with Gaussian
+    increments, and ``T`` is N(0, 1) by the martingale central limit theorem (exactly, were the
+    weights fixed in advance; they depend on earlier tokens through the rows). The p-value is
+    two-sided. Near-certain positions have ``k ≈ 0`` and weigh nothing: the test
     spends its power where the tokens carry evidence. (The likelihood score ``Σ (log p(x) -
-    E_p[log p])`` is the locally best statistic, but at a peaked position one draw of a
-    1-in-1,000 token moves it by 20 standard deviations: its normal p-values were false alarms
-    at temperature 0.2. The normal scores keep every position's influence Gaussian.)
+    E_p[log p])`` is the locally best statistic, but at a peaked position one draw of a rare
+    token moves it by many standard deviations: its normal p-values were false alarms at
+    temperature 0.2. The normal scores keep every position's influence Gaussian.)
     To first order ``T ~ N((λ - 1) sqrt(Σ k²), 1)``: ``power`` is against a temperature off by
     ``rel_error`` (λ = 1 ± rel_error), and ``effect`` the estimated ``λ - 1 = T / sqrt(Σ k²)``.
     Below ``Σ k² = 1`` there is no test.
     """
     _check_alpha(alpha)
     x = np.asarray(u, dtype=np.float64).reshape(-1)
-    k = np.abs(np.asarray(sensitivity, dtype=np.float64).reshape(-1))
-    if x.shape != k.shape:
-        raise ValueError(f"u {x.shape} and sensitivity {k.shape} differ in shape")
+    signed = np.asarray(sensitivity, dtype=np.float64).reshape(-1)
+    if x.shape != signed.shape:
+        raise ValueError(f"u {x.shape} and sensitivity {signed.shape} differ in shape")
+    if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
+        raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
+    if signed.size and not (signed <= 1e-9).all():
+        raise ValueError("sensitivities must be <= 0; build them with chain_sensitivity")
+    k = -np.minimum(signed, 0.0)
     n = int(np.count_nonzero(k))
     name = "temperature"
     info = float(np.dot(k, k))
@@ -289,7 +296,7 @@ def temperature_test(
         return _not_enough(name, alpha, n, why)
     # k <= 0 at every position (a colder draw ranks earlier: smaller u, smaller Z), so with
     # |k| as the weight a colder sampler makes T positive.
-    z_scores = sps.norm.ppf(np.clip(x, 1e-300, 1.0 - 1e-16))
+    z_scores = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
     t = -float(np.dot(k, z_scores)) / math.sqrt(info)
     z_crit = float(sps.norm.isf(alpha / 2))
     shift = rel_error * math.sqrt(info)
