@@ -25,12 +25,18 @@ from equiv.records import Control, EventRecord, Generation, ResultsContents, Res
 from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
-from equiv.verdicts.classify import classify_sampling, classify_temp0, fingerprint_differences
+from equiv.verdicts.classify import (
+    CONSISTENCY,
+    classify_sampling,
+    classify_temp0,
+    fingerprint_differences,
+)
 from equiv.verdicts.compare import compare
 from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.sampling_evidence import (
     analyze_prompt,
+    batched_consistency,
     chain_pit,
     chain_sensitivity,
     judgement_evidence,
@@ -415,6 +421,8 @@ class Runner:
             if akey in analysed or len(seed_records) < len(group):
                 continue
             analysis = analyze_prompt(seed_records, alpha=self._prompt_alpha, has_logits=has_logits)
+            if not has_logits and _speculative_rejects(analysis):
+                analysis["batched"] = self._batched_evidence(group[0], seed_records)
             verdict = classify_sampling(
                 analysis, differences=self.differences, has_logits=has_logits
             )
@@ -429,6 +437,36 @@ class Runner:
             self.results.append_analysis(record)
             out.append(record)
         return out
+
+    def _batched_evidence(
+        self, item: PlanItem, seed_records: Sequence[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Over HTTP the speculative samples were tested against the target's single-token rows;
+        where that rejects, re-score them batched (as verification evaluates) and test again:
+        the evidence that tells numeric drift from a sampler bug. Asked only then: it costs one
+        request per token."""
+        if not self._can_rescore():
+            return {"error": "the servers cannot re-score batched"}
+        prompt = self.tokenize([item])[item.prompt.key]
+        sampling = self.config.sampling
+        scored = []
+        try:
+            for record in seed_records:
+                tokens = record["speculative"]["tokens"]
+                rows = self._rescore(prompt, tokens, True) if tokens else None
+                extra: dict[str, list[Any]] = {"batched_pit": [], "batched_sensitivity": []}
+                if rows is not None:
+                    extra = {
+                        "batched_pit": chain_pit(rows, tokens, sampling),
+                        "batched_sensitivity": chain_sensitivity(rows, tokens, sampling),
+                    }
+                scored.append({**record, "speculative": {**record["speculative"], **extra}})
+        except EngineError as exc:
+            evidence: dict[str, Any] = {"error": str(exc).splitlines()[0]}
+        else:
+            evidence = {"tests": batched_consistency(scored, alpha=self._prompt_alpha)}
+        self._rescore_cost(evidence)
+        return evidence
 
     def _determinism_control(self, item: PlanItem, tokens: list[int], first: Sequence[int]) -> None:
         """The baseline run twice must give the same tokens, or no comparison means anything.
@@ -481,3 +519,13 @@ class Runner:
                 else "self-draft drafted no tokens",
             }
         )
+
+
+def _speculative_rejects(analysis: dict[str, Any]) -> bool:
+    """Whether a consistency test of the speculative path rejects at the prompt's level."""
+    return any(
+        t["name"].split(":")[0] in CONSISTENCY
+        and t["name"].endswith(":speculative")
+        and t["p_adjusted"] < analysis["alpha"]
+        for t in analysis["tests"]
+    )

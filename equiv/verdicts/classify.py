@@ -35,8 +35,12 @@ prompt at the prompt's share alpha/P of the run's level):
   on either path (its tokens are not draws from its own logits and chain; over HTTP, the
   speculative samples are tested against the target's rows re-scored on the baseline server,
   the baseline's against its own top-K), or the logits the speculative sampler used are not the
-  target's (mean KL against the target's single-token re-scoring > 0.1 nats);
-- ``numeric-drift`` if only the two-sample tests reject;
+  target's (mean KL against the target's single-token re-scoring > 0.1 nats). Over HTTP a
+  rejection of the speculative path's tests is a sampler bug only if the same tests reject the
+  samples against the target's *batched* rows too (`batched_consistency`);
+- ``numeric-drift`` if only the two-sample tests reject, or over HTTP the speculative samples
+  are draws from the target's batched rows but not from its single-token ones (a low
+  temperature amplifies the difference);
 - ``equivalent`` if nothing rejects and the consistency test had power >= 0.8 for Cohen's w = 0.1
   at alpha / m, Holm's first step over the prompt's m tests (the level a lone rejection needs);
 - ``inconclusive`` otherwise, saying how many more tokens would give that power.
@@ -471,6 +475,33 @@ STAGES = {
 }
 
 
+CONSISTENCY = ("top-token", "sampler-consistency", "temperature")  # the one-sample tests
+
+
+def _batched_answer(
+    evidence: Mapping[str, Any] | None, alpha: float
+) -> tuple[dict[str, Any] | None, str]:
+    """What the speculative samples re-scored *batched* say (`sampling_evidence
+    .batched_consistency`): ``(figures, words)``; figures None where there is no such evidence."""
+    if not evidence or not evidence.get("tests"):
+        why = (evidence or {}).get("error") or "the target's batched rows were not asked"
+        return None, f"whether numeric drift explains it could not be checked: {why}"
+    tests = evidence["tests"]
+    rejected = [t["name"] for t in tests if t["p_adjusted"] < alpha]
+    figures = {"rejected": rejected, "p_adjusted": {t["name"]: t["p_adjusted"] for t in tests}}
+    shown = ", ".join(f"{t['name'].split(':')[0]} p = {t['p_adjusted']:.2g}" for t in tests)
+    if rejected:
+        return figures, (
+            f"nor from its batched rows, the numerics of draft verification ({shown}): "
+            "numeric drift does not explain it"
+        )
+    return figures, (
+        f"but they are draws from its batched rows, the numerics of draft verification (no test "
+        f"rejects at alpha {alpha:.2g}: {shown}): the difference between single-token and "
+        "batched evaluation, which a low temperature amplifies"
+    )
+
+
 def classify_sampling(
     analysis: Mapping[str, Any], *, differences: Sequence[str] = (), has_logits: bool = True
 ) -> Verdict:
@@ -494,23 +525,30 @@ def classify_sampling(
                 f"p = {test['p_adjusted']:.2g} < alpha {alpha:.2g}; {test['detail']})",
                 ev,
             )
+    drifted = None  # a rejection over HTTP that the target's batched rows explain
     for path in ("speculative", "baseline"):
-        for kind in ("top-token", "sampler-consistency", "temperature"):
+        for kind in CONSISTENCY:
             test = _test(analysis, f"{kind}:{path}")
-            if test is not None and test["p_adjusted"] < alpha:
-                source = (
-                    "its own logits"
-                    if has_logits or path == "baseline"
-                    else ("the target's logits (re-scored on the baseline server)")
-                )
-                return Verdict(
-                    Label.SAMPLER_BUG,
-                    f"the {path} path's tokens are not draws from {source} and the sampler "
-                    f"chain ({kind} test: statistic {test['statistic']:.2f}, Holm-adjusted p = "
-                    f"{test['p_adjusted']:.2g} < alpha {alpha:.2g}, n = {test['n']} tokens; "
-                    f"{test['detail'].split(';')[0]})",
-                    ev,
-                )
+            if test is None or test["p_adjusted"] >= alpha:
+                continue
+            source = (
+                "its own logits"
+                if has_logits or path == "baseline"
+                else "the target's single-token logits (re-scored on the baseline server)"
+            )
+            found = (
+                f"the {path} path's tokens are not draws from {source} and the sampler chain "
+                f"({kind} test: statistic {test['statistic']:.2f}, Holm-adjusted p = "
+                f"{test['p_adjusted']:.2g} < alpha {alpha:.2g}, n = {test['n']} tokens; "
+                f"{test['detail'].split(';')[0]})"
+            )
+            if has_logits or path == "baseline":
+                return Verdict(Label.SAMPLER_BUG, found, ev)
+            batched, why = _batched_answer(analysis.get("batched"), alpha)
+            ev["batched"] = batched
+            if batched is None or batched["rejected"]:
+                return Verdict(Label.SAMPLER_BUG, f"{found}; {why}", ev)
+            drifted = drifted or f"{found}; {why}"
     drift = analysis.get("drift")
     if drift and drift["kl_mean"] > KL_NOT_TARGET:
         return Verdict(
@@ -520,6 +558,8 @@ def classify_sampling(
             f"typically < 0.01), top-1 agreement {drift['top1_agreement']:.2f}",
             ev,
         )
+    if drifted is not None:
+        return Verdict(Label.NUMERIC_DRIFT, drifted, ev)
     if rejected:
         names = ", ".join(t["name"] for t in rejected)
         return Verdict(

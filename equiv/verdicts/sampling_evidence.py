@@ -56,6 +56,7 @@ __all__ = [
     "PENALTY_WINDOW",
     "PIT_BINS",
     "analyze_prompt",
+    "batched_consistency",
     "chain_pit",
     "chain_sensitivity",
     "judgement_evidence",
@@ -316,19 +317,12 @@ def analyze_prompt(
     tests (each with ``p_adjusted``), charts, drift and the same-seed agreement.
     """
     tests: list[TestResult] = []
-    key = str(records[0]["key"]).split("::")[0]
-    pit_seed = sum(key.encode()) + len(records)
+    pit_seed = _pit_seed(records)
     u: dict[str, Any] = {}
     keys = _pit_keys(records, has_logits)
     for path, key in keys.items():
         u[path] = _pit_values(records, path, pit_seed, key=key)
-        result = pit_uniformity_test(u[path], alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
-        tests.append(_renamed(result, f"sampler-consistency:{path}"))
-        tests.append(_renamed(_top_token(records, path, alpha, key), f"top-token:{path}"))
-        sens_key = key.replace("_pit", "_sensitivity")
-        if all(key in r[path] and sens_key in r[path] for r in records):
-            result = _temperature(records, path, (key, sens_key), alpha, pit_seed + 1)
-            tests.append(_renamed(result, f"temperature:{path}"))
+        tests.extend(_consistency(records, path, key, alpha, effect_w, u[path], path))
     tests.extend(_stage_tests(records, alpha, pit_seed, effect_w))
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
     tests.append(
@@ -386,6 +380,52 @@ def analyze_prompt(
             },
         },
     }
+
+
+def batched_consistency(
+    records: Sequence[Mapping[str, Any]], *, alpha: float, effect_w: float = 0.1
+) -> list[dict[str, Any]]:
+    """The speculative path's consistency tests once more, against the target's *batched* rows
+    (``batched_pit``, ``batched_sensitivity``: the speculative samples re-scored as draft
+    verification evaluates them), Holm-adjusted among themselves at ``alpha``. Over HTTP the
+    one-sample tests read the target's single-token rows, not the rows the speculative sampler
+    used; when those tests reject, these say whether the numerics of verification explain it.
+    """
+    u = _pit_values(records, "speculative", _pit_seed(records), key="batched_pit")
+    tests = _consistency(records, "speculative", "batched_pit", alpha, effect_w, u, "batched")
+    adjusted = holm([t.p_value for t in tests])
+    return [{**t.to_dict(), "p_adjusted": p} for t, p in zip(tests, adjusted, strict=True)]
+
+
+def _pit_seed(records: Sequence[Mapping[str, Any]]) -> int:
+    """The randomized PIT's seed: fixed by the prompt and its number of samples."""
+    return sum(str(records[0]["key"]).split("::")[0].encode()) + len(records)
+
+
+def _consistency(
+    records: Sequence[Mapping[str, Any]],
+    path: str,
+    key: str,
+    alpha: float,
+    effect_w: float,
+    u: Any,
+    label: str,
+) -> list[TestResult]:
+    """One path's sampler-consistency tests on the PIT entries under ``key`` (and the
+    sensitivities beside them): PIT uniformity over ``u``, the top-token count, and the
+    temperature test where every record has its sensitivities; each named ``<test>:<label>``."""
+    result = pit_uniformity_test(u, alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
+    tests = [_renamed(result, f"sampler-consistency:{label}")]
+    tests.append(_renamed(_top_token(records, path, alpha, key), f"top-token:{label}"))
+    sens_key = key.replace("_pit", "_sensitivity")
+    if all(key in r[path] and sens_key in r[path] for r in records):
+        seed = _pit_seed(records) + 1
+        tests.append(
+            _renamed(
+                _temperature(records, path, (key, sens_key), alpha, seed), f"temperature:{label}"
+            )
+        )
+    return tests
 
 
 def _pit_keys(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[str, str]:
