@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from equiv.config import SamplingConfig
-from equiv.verdicts.classify import classify_sampling
+from equiv.verdicts.classify import classify_sampling, needs_batched_evidence
 from equiv.verdicts.labels import Label
 from equiv.verdicts.sampling_evidence import (
     _chain,
@@ -69,7 +69,7 @@ def _records(rng, *, greedy=0.0, seeds=60, length=32, drift=0.25):
 
 def _verdict(records, *, batched=True):
     analysis = analyze_prompt(records, alpha=ALPHA, has_logits=False)
-    if batched:
+    if batched and needs_batched_evidence(analysis):  # as the runner asks for it
         analysis["batched"] = {"tests": batched_consistency(records, alpha=ALPHA)}
     return analysis, classify_sampling(analysis, has_logits=False)
 
@@ -78,6 +78,7 @@ def test_drift_that_the_batched_rows_explain_is_numeric_drift():
     analysis, verdict = _verdict(_records(np.random.default_rng(3)))
     rejected = [t["name"] for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
     assert any(name.endswith(":speculative") for name in rejected), rejected  # single-token
+    assert needs_batched_evidence(analysis)
     assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
     assert "batched rows" in verdict.reason
     assert verdict.evidence["batched"]["rejected"] == []
@@ -101,3 +102,5 @@ def test_no_drift_and_a_correct_sampler_is_no_rejection(seed):
     analysis, verdict = _verdict(_records(np.random.default_rng(seed), drift=0.0))
     assert verdict.label in (Label.EQUIVALENT, Label.INCONCLUSIVE), verdict.reason
     assert not [t for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
+    assert not needs_batched_evidence(analysis)
+    assert "batched" not in analysis

@@ -26,10 +26,10 @@ from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
 from equiv.verdicts.classify import (
-    CONSISTENCY,
     classify_sampling,
     classify_temp0,
     fingerprint_differences,
+    needs_batched_evidence,
 )
 from equiv.verdicts.compare import compare
 from equiv.verdicts.drift import drift_metrics
@@ -37,8 +37,7 @@ from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.sampling_evidence import (
     analyze_prompt,
     batched_consistency,
-    chain_pit,
-    chain_sensitivity,
+    chain_evidence,
     judgement_evidence,
     top_k_rows,
 )
@@ -375,8 +374,9 @@ class Runner:
             if rows is None and path == "baseline":  # a server: its top-K covers the chain
                 rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
             if rows is not None:
-                record[path]["chain_pit"] = chain_pit(rows, gen.tokens, sampling)
-                record[path]["chain_sensitivity"] = chain_sensitivity(rows, gen.tokens, sampling)
+                pits, sensitivities = chain_evidence(rows, gen.tokens, sampling)
+                record[path]["chain_pit"] = pits
+                record[path]["chain_sensitivity"] = sensitivities
         if spec.logits is not None and self.speculative.capabilities.judgements:
             sampling = self.config.for_path(speculative=True).sampling
             record["speculative"].update(
@@ -394,12 +394,9 @@ class Runner:
                 return record
             if spec.logits is not None:
                 record["rescore_drift"] = drift_metrics(spec.logits, target).to_dict()
-            record["speculative"]["target_pit"] = chain_pit(
-                target, spec.tokens, self.config.sampling
-            )
-            record["speculative"]["target_sensitivity"] = chain_sensitivity(
-                target, spec.tokens, self.config.sampling
-            )
+            pits, sensitivities = chain_evidence(target, spec.tokens, self.config.sampling)
+            record["speculative"]["target_pit"] = pits
+            record["speculative"]["target_sensitivity"] = sensitivities
         self._rescore_cost(record)
         return record
 
@@ -421,7 +418,7 @@ class Runner:
             if akey in analysed or len(seed_records) < len(group):
                 continue
             analysis = analyze_prompt(seed_records, alpha=self._prompt_alpha, has_logits=has_logits)
-            if not has_logits and _speculative_rejects(analysis):
+            if not has_logits and needs_batched_evidence(analysis):
                 analysis["batched"] = self._batched_evidence(group[0], seed_records)
             verdict = classify_sampling(
                 analysis, differences=self.differences, has_logits=has_logits
@@ -454,12 +451,10 @@ class Runner:
             for record in seed_records:
                 tokens = record["speculative"]["tokens"]
                 rows = self._rescore(prompt, tokens, True) if tokens else None
-                extra: dict[str, list[Any]] = {"batched_pit": [], "batched_sensitivity": []}
-                if rows is not None:
-                    extra = {
-                        "batched_pit": chain_pit(rows, tokens, sampling),
-                        "batched_sensitivity": chain_sensitivity(rows, tokens, sampling),
-                    }
+                pits, sensitivities = (
+                    ([], []) if rows is None else chain_evidence(rows, tokens, sampling)
+                )
+                extra = {"batched_pit": pits, "batched_sensitivity": sensitivities}
                 scored.append({**record, "speculative": {**record["speculative"], **extra}})
         except EngineError as exc:
             evidence: dict[str, Any] = {"error": str(exc).splitlines()[0]}
@@ -519,13 +514,3 @@ class Runner:
                 else "self-draft drafted no tokens",
             }
         )
-
-
-def _speculative_rejects(analysis: dict[str, Any]) -> bool:
-    """Whether a consistency test of the speculative path rejects at the prompt's level."""
-    return any(
-        t["name"].split(":")[0] in CONSISTENCY
-        and t["name"].endswith(":speculative")
-        and t["p_adjusted"] < analysis["alpha"]
-        for t in analysis["tests"]
-    )

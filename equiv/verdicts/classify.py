@@ -73,6 +73,7 @@ __all__ = [
     "drift_bound",
     "fingerprint_differences",
     "gap_movements",
+    "needs_batched_evidence",
     "run_verdict",
 ]
 
@@ -476,6 +477,17 @@ STAGES = {
 
 
 CONSISTENCY = ("top-token", "sampler-consistency", "temperature")  # the one-sample tests
+
+
+def needs_batched_evidence(analysis: Mapping[str, Any]) -> bool:
+    """Whether a one-sample test of the speculative path rejects at the prompt's level: over
+    HTTP, where those tests read the target's single-token rows, `classify_sampling` then asks
+    whether the target's batched rows explain the samples (``analysis["batched"]``)."""
+    return any(
+        t["p_adjusted"] < analysis["alpha"]
+        for kind in CONSISTENCY
+        if (t := _test(analysis, f"{kind}:speculative")) is not None
+    )
 
 
 def _batched_answer(

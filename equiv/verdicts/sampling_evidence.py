@@ -57,6 +57,7 @@ __all__ = [
     "PIT_BINS",
     "analyze_prompt",
     "batched_consistency",
+    "chain_evidence",
     "chain_pit",
     "chain_sensitivity",
     "judgement_evidence",
@@ -116,10 +117,20 @@ def chain_pit(
 ) -> list[list[float]]:
     """``[mass_before, p_token, p_top]`` of every emitted token under the configured chain
     (``p_top``: the probability of the chain's most probable token)."""
-    return [
-        _pit(*_chain(row, tokens[:i], sampling), int(token))
-        for i, (row, token) in enumerate(zip(rows, tokens, strict=True))
-    ]
+    return chain_evidence(rows, tokens, sampling)[0]
+
+
+def chain_evidence(
+    rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
+) -> tuple[list[list[float]], list[float]]:
+    """`chain_pit` and `chain_sensitivity` of every emitted token, from one pass of the chain
+    over each row (the chain is most of their cost: a partition of the whole vocabulary)."""
+    pits, sensitivities = [], []
+    for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
+        ids, probs = _chain(row, tokens[:i], sampling)
+        pits.append(_pit(ids, probs, int(token)))
+        sensitivities.append(_sensitivity(ids, probs, int(token)))
+    return pits, sensitivities
 
 
 def _phi_of_quantile(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -140,24 +151,24 @@ def chain_sensitivity(
     ranked as in `equiv.verdicts.chain.pit_position`). It depends on the row, not on the token
     drawn, so it can weigh the position. 0 where the chain leaves one token, or where the token
     is outside the chain's support (the PIT counts that)."""
-    out = []
-    for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
-        ids, probs = _chain(row, tokens[:i], sampling)
-        keep = probs > 0
-        ids, probs = ids[keep], probs[keep]
-        where = int(np.searchsorted(ids, token))
-        if ids.size < 2 or where >= ids.size or ids[where] != token:
-            out.append(0.0)
-            continue
-        order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
-        p = probs[order]
-        upper = np.clip(np.cumsum(p), 0.0, 1.0)
-        lower = np.clip(upper - p, 0.0, 1.0)
-        density = _phi_of_quantile(lower) - _phi_of_quantile(upper)
-        logp = np.log(p)
-        centred = logp - float(np.dot(p, logp))
-        out.append(round(float(np.dot(centred, density)), 9))  # Σ p · centred · E[Z | x]
-    return out
+    return chain_evidence(rows, tokens, sampling)[1]
+
+
+def _sensitivity(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> float:
+    """`chain_sensitivity` of one position, from the chain's candidates and probabilities."""
+    keep = probs > 0
+    ids, probs = ids[keep], probs[keep]
+    where = int(np.searchsorted(ids, token))
+    if ids.size < 2 or where >= ids.size or ids[where] != token:
+        return 0.0
+    order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
+    p = probs[order]
+    upper = np.clip(np.cumsum(p), 0.0, 1.0)
+    lower = np.clip(upper - p, 0.0, 1.0)
+    density = _phi_of_quantile(lower) - _phi_of_quantile(upper)
+    logp = np.log(p)
+    centred = logp - float(np.dot(p, logp))
+    return round(float(np.dot(centred, density)), 9)  # Σ p · centred · E[Z | x]
 
 
 def top_k_rows(
