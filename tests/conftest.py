@@ -131,3 +131,45 @@ def engines(temp0_config: Any) -> Any:
     yield baseline, speculative
     baseline.close()
     speculative.close()
+
+
+# -- a real divergence, found on this machine ------------------------------------------------------
+
+
+class RealDivergences:
+    """A temp-0 run of the real pair in process over prompts scanned until some diverged
+    (`divergences.scan`): its results file and records. ``require()`` returns the diverged
+    records, or skips the test where none diverged on this machine."""
+
+    def __init__(self, path: Path, scanned: list[str]) -> None:
+        from equiv.records import ResultsFile
+
+        self.path = path
+        self.scanned = scanned
+        self.results = ResultsFile(path)
+        self.records = [r.to_dict() for r in self.results.results()]
+
+    def require(self) -> list[dict[str, Any]]:
+        from divergences import require
+
+        return require(self.records, self.scanned, "the real pair in process")
+
+
+@pytest.fixture(scope="session")
+def real_divergences(temp0_config: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The real pair at temp 0 over `divergences.candidate_prompts`, one prompt at a time, until
+    two diverged or the budget ran out."""
+    from divergences import scan
+
+    from equiv.engines.llamacpp import make_engine
+    from equiv.run.plan import plan
+    from equiv.run.runner import Runner
+
+    path = tmp_path_factory.mktemp("divergences") / "results.jsonl"
+    with Runner(temp0_config, make_engine, path) as runner:
+        scanned, _ = scan(
+            lambda batch, resume: runner.run(plan(batch, temp0_config), resume=resume),
+            wanted=2,
+            round_size=1,
+        )
+    return RealDivergences(path, scanned)

@@ -58,18 +58,33 @@ def test_minimize_refuses_an_identical_result(tmp_path: Path) -> None:
 
 
 @pytest.mark.model
-def test_minimize_a_real_divergence(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], engines: Any
-) -> None:
+def test_minimize_a_divergence_by_construction(tmp_path: Path) -> None:
+    """The off-by-one reference verifier diverges on any CPU: minimize shrinks its prompt to one
+    that still diverges, and says how to rerun it with the same engine."""
     out = tmp_path / "run"
-    argv = ["run", "--prompt", "code/py_binary_search", "--max-tokens", "24", "--out", str(out)]
-    assert main(argv) == 0
+    argv = ["run", "--engine", "reference:off_by_one", "--prompt", "code/fib_lt"]
+    assert main([*argv, "--max-tokens", "16", "--out", str(out)]) == 0
+    result = minimize_file(out / "results.jsonl", "code/fib_lt::temp0", max_tests=4)
+    assert len(result.minimal) <= len(result.original)
+    assert result.minimal_tokens <= result.original_tokens
+    assert result.divergence is not None  # the minimal prompt diverged when last tested
+    assert result.tests <= 4
+    assert "--engine reference:off_by_one" in result.command
+    (line,) = result.out.read_text().splitlines()
+    assert json.loads(line)["text"] == result.minimal
+
+
+def test_minimize_a_real_divergence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], engines: Any, real_divergences: Any
+) -> None:
+    """A divergence of the real pair, wherever this CPU's near-ties put one, still diverges
+    after minimizing, on fresh engines of the same configuration."""
+    record = real_divergences.require()[0]
     suite = tmp_path / "minimal.jsonl"
-    key = "code/py_binary_search::temp0"
-    argv = ["minimize", str(out / "results.jsonl"), "--key", key, "--max-tests", "3"]
+    argv = ["minimize", str(real_divergences.path), "--key", record["key"], "--max-tests", "3"]
     assert main([*argv, "--out", str(suite)]) == 0
     print(capsys.readouterr().out)
-    original = json.loads((Path("prompts") / "code.jsonl").read_text().splitlines()[1])["text"]
+    original = record["prompt"]["text"]
     (line,) = suite.read_text().splitlines()
     minimal = json.loads(line)
     assert len(minimal["text"]) <= len(original)
