@@ -28,6 +28,7 @@ from equiv.prompts import Prompt
 from equiv.records.comparison import Comparison, Drift
 from equiv.records.fields import FieldError, Fields
 from equiv.records.generation import Generation
+from equiv.records.machine import Machine
 from equiv.records.verdict import Label, Verdict
 
 __all__ = [
@@ -101,6 +102,7 @@ class HeaderRecord:
             "fingerprints",
             "differences",
             "capabilities",
+            "machine",
         }
     )
 
@@ -113,6 +115,7 @@ class HeaderRecord:
     fingerprints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     differences: tuple[str, ...] = ()
     capabilities: Mapping[str, Any] = field(default_factory=dict)
+    machine: Machine | None = None  # None in files written before equiv recorded it
     extra: Mapping[str, Any] = field(default_factory=dict)  # vocab, argv, servers, ...
 
     def get(self, key: str, default: Any = None) -> Any:
@@ -131,6 +134,7 @@ class HeaderRecord:
             "fingerprints": {k: dict(v) for k, v in self.fingerprints.items()},
             "differences": list(self.differences),
             "capabilities": dict(self.capabilities),
+            **({"machine": self.machine.to_dict()} if self.machine else {}),
             **self.extra,
         }
 
@@ -142,6 +146,7 @@ class HeaderRecord:
         fingerprints: dict[str, dict[str, Any]] = {}
         if prints is not None:
             fingerprints = {k: prints.mapping(k) for k in prints.data}
+        machine = f.obj("machine", None)
         return cls(
             config=f.mapping("config"),
             schema=schema,
@@ -152,6 +157,7 @@ class HeaderRecord:
             fingerprints=fingerprints,
             differences=f.strs("differences", ()),
             capabilities=f.mapping("capabilities", {}),
+            machine=None if machine is None else Machine.from_dict(machine.data, "machine"),
             extra=_extra(data, cls._KNOWN),
         )
 

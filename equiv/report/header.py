@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from equiv.records.machine import Machine
+
 __all__ = ["Environment", "environment", "fmt"]
 
 
@@ -114,6 +116,9 @@ def environment(header: Mapping[str, Any]) -> Environment:
     ]
     if base.get("llama_cpp") or spec.get("llama_cpp"):
         versions.insert(2, ("llama.cpp", fmt(base.get("llama_cpp") or spec.get("llama_cpp"))))
+    machine = header.get("machine")
+    if isinstance(machine, Mapping):
+        versions.append(("machine", Machine.from_dict(machine).summary))
     if system_info:
         versions.append(("system info", system_info))
 

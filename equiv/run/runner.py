@@ -22,6 +22,7 @@ from equiv.engines.base import Engine, EngineFactory, in_flight, rescorer, serve
 from equiv.engines.registry import build_engine
 from equiv.errors import ConfigError, EngineError, PromptError
 from equiv.records import Control, EventRecord, Generation, ResultsContents, ResultsFile
+from equiv.records.machine import Machine
 from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
@@ -176,11 +177,16 @@ class Runner:
             for engine in (self.baseline, self.speculative)
             if (facts := server_facts(engine)) is not None
         }
+        # The machine the numerics ran on, with the in-process build's llama.cpp system info.
+        system_info = next(
+            (str(f["system_info"]) for f in fingerprints.values() if f.get("system_info")), ""
+        )
         return {
             "equiv": __version__,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": command,
             "python": sys.version.split()[0],
+            "machine": Machine.here(system_info=system_info).to_dict(),
             "config": self.config.to_dict(),
             "fingerprints": fingerprints,
             "differences": self.differences,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from equiv.records import Generation
+from equiv.records.machine import Machine
 from equiv.verdicts.labels import Label, verdict_of
 from equiv.verdicts.run_drift import run_drift
 from equiv.verdicts.summary import SuiteSummary, summarize
@@ -277,15 +278,33 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def machine_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """``machine: ...`` where the two headers name machines whose numerics may differ (CPU, SIMD
+    features, GPU, llama.cpp build); None where they agree or a header predates the record."""
+    if not (isinstance(a.get("machine"), Mapping) and isinstance(b.get("machine"), Mapping)):
+        return None
+    ma, mb = Machine.from_dict(a["machine"]), Machine.from_dict(b["machine"])
+    changes = ma.changes(mb)
+    if not changes:
+        return None
+    return (
+        f"machine: {'; '.join(changes)} (near-ties flip where each machine's kernels put them: "
+        "divergences may move between prompts with both runs right)"
+    )
+
+
 def setup_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, ...]:
-    """Header entries that differ, as ``name: A -> B`` (fingerprints and config included)."""
+    """Header entries that differ, as ``name: A -> B`` (fingerprints and config included); a
+    change of machine first, in words (`machine_change`), then its fields with the rest."""
     fa = _flatten({k: v for k, v in a.items() if k not in _VOLATILE})
     fb = _flatten({k: v for k, v in b.items() if k not in _VOLATILE})
-    return tuple(
+    machine = machine_change(a, b)
+    fields = [
         f"{k}: {_change(fa.get(k), fb.get(k))}"
         for k in sorted(set(fa) | set(fb))
         if fa.get(k) != fb.get(k)
-    )
+    ]
+    return tuple([machine, *fields] if machine else fields)
 
 
 def _change(a: Any, b: Any, room: int = 60) -> str:
