@@ -37,9 +37,9 @@ from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.classify import classify_sampling
 from equiv.verdicts.labels import Label
 from equiv.verdicts.sampling_evidence import analyze_prompt
+from equiv.verdicts.sampling_verdict import classify_sampling
 
 ENGINES = [
     "reference:greedy",

@@ -82,8 +82,8 @@ def sampling_run(config: RunConfig, prompts: list[str], out: Path) -> None:
     for analysis in (a.to_dict() for a in results.analyses()):
         verdict = verdict_of(analysis)
         tests = {t["name"]: t for t in analysis["tests"]}
-        spec = tests.get("sampler-consistency:speculative", {})
-        temp = tests.get("temperature:speculative", {})
+        spec = tests.get("pit:vs-placebo", {})
+        temp = tests.get("temperature:vs-placebo", {})
         power = verdict.evidence.get("power")  # at Holm's first step, as the verdict uses it
         print(
             f"  {analysis['key']}: {verdict.label.value} (PIT n={spec.get('n')}, power "

@@ -267,7 +267,7 @@ def _test_row(name, n, df, power):
 def test_a_test_that_did_not_run_lends_no_power_to_equivalent():
     """Every seed's first token the same: the two-sample test has no data (df None) however
     many tokens it counted, so it cannot make the prompt `equivalent`."""
-    from equiv.verdicts.classify import classify_sampling
+    from equiv.verdicts.sampling_verdict import classify_sampling
 
     verdict = classify_sampling(
         _analysis([_test_row("first-token:two-sample", 5000, None, 0.0)]), has_logits=False
@@ -278,12 +278,12 @@ def test_a_test_that_did_not_run_lends_no_power_to_equivalent():
 
 def test_equivalent_needs_its_power_at_holms_first_step():
     """2,500 PIT tokens: power >= 0.8 at alpha 0.01 but not at 0.01 / 10 (ten tests)."""
-    from equiv.verdicts.classify import classify_sampling
+    from equiv.verdicts.sampling_verdict import classify_sampling
     from equiv.verdicts.stats import chi2_power
 
     n = 2500
     assert chi2_power(n, 9, alpha=0.01, w=0.1) >= 0.8 > chi2_power(n, 9, alpha=0.001, w=0.1)
-    pit = _test_row("sampler-consistency:speculative", n, 9, chi2_power(n, 9, alpha=0.01, w=0.1))
+    pit = _test_row("pit:vs-placebo", n, 9, chi2_power(n, 9, alpha=0.01, w=0.1))
     alone = classify_sampling(_analysis([pit]))
     assert alone.label is Label.EQUIVALENT, alone.reason
     others = [_test_row(f"other-{i}:two-sample", 100, 9, 0.5) for i in range(9)]

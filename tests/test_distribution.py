@@ -7,9 +7,9 @@ from equiv.config import SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.records import Judgement
 from equiv.verdicts.chain import chain_probs, pit_position
-from equiv.verdicts.classify import classify_sampling
 from equiv.verdicts.labels import Label
 from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
+from equiv.verdicts.sampling_verdict import classify_sampling
 from equiv.verdicts.stats import (
     acceptance_rate_test,
     forced_decisions_test,
@@ -62,7 +62,8 @@ def test_a_greedy_bias_is_a_sampler_bug_and_honest_draws_are_not():
     assert classify_sampling(honest).label is not Label.SAMPLER_BUG
     verdict = classify_sampling(biased)
     assert verdict.label is Label.SAMPLER_BUG
-    assert "speculative" in verdict.reason
+    assert "differ from the placebo" in verdict.reason
+    assert any(t["name"].endswith(":vs-placebo") for t in biased["tests"] if t["p_adjusted"] < 0.01)
 
 
 def test_too_few_tokens_is_inconclusive_and_says_how_many_more():
@@ -79,10 +80,13 @@ def test_every_test_is_holm_adjusted_within_the_prompt():
     for test in analysis["tests"]:
         assert test["p_adjusted"] >= test["p_value"]
     assert {t["name"] for t in analysis["tests"]} >= {
-        "sampler-consistency:speculative",
-        "top-token:speculative",
+        "pit:vs-placebo",
+        "top-token:vs-placebo",
         "first-token:two-sample",
     }
+    for one_sample in (analysis["placebo"]["tests"], analysis["consistency"]):  # Holm'd alone
+        assert {t["name"].split(":")[0] for t in one_sample} >= {"sampler-consistency", "top-token"}
+        assert all(t["p_adjusted"] >= t["p_value"] for t in one_sample)
 
 
 def test_a_path_that_loops_fails_distinct2():

@@ -118,5 +118,7 @@ def test_the_unmodified_pair_gets_no_sampler_bug_over_http(model_pair, servers, 
         print(analysis["key"], verdict.reason)
         assert verdict.label is not Label.SAMPLER_BUG, verdict.reason
         names = {t["name"] for t in analysis["tests"]}
-        # the one-sample tests ran over HTTP: the speculative samples re-scored on the baseline
-        assert {"sampler-consistency:speculative", "temperature:speculative"} <= names
+        # over HTTP both paths' samples were re-scored on the baseline server and compared
+        assert {"pit:vs-placebo", "top-token:vs-placebo", "temperature:vs-placebo"} <= names
+        assert analysis["placebo"]["tests"]  # the placebo's own one-sample tests
+        assert analysis["placebo"]["fidelity"]["positions"] > 0  # re-scoring's fidelity

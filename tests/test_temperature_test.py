@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 from equiv.config import SamplingConfig
-from equiv.verdicts.sampling_evidence import _chain, analyze_prompt, chain_pit, chain_sensitivity
+from equiv.verdicts.sampling_evidence import (
+    analyze_prompt,
+    chain_distribution,
+    chain_pit,
+    chain_sensitivity,
+)
 from equiv.verdicts.stats import randomized_pit, temperature_test
 
 ALPHA = 0.01
@@ -37,7 +42,7 @@ def _draws(rng, n, sampling, *, temp_factor=1.0, greedy=0.0, peaked=False):
     rows = _rows(rng, n, peaked=peaked)
     tokens = []
     for row in rows:
-        ids, p = _chain(row, [], sampling)
+        ids, p = chain_distribution(row, [], sampling)
         ids, p = ids[p > 0], p[p > 0]
         p = p ** (1.0 / temp_factor)
         p /= p.sum()
@@ -79,7 +84,7 @@ def test_short_runs_on_peaked_rows_keep_the_false_positive_rate():
         for row in (within, peaked)
         for x in range(3)
     ]
-    probs = [_chain(row, [], COOL)[1][:3] for row in (within, peaked)]
+    probs = [chain_distribution(row, [], COOL)[1][:3] for row in (within, peaked)]
     rng = np.random.default_rng(1)
     runs, rejected = 1000, 0
     for _ in range(runs):
@@ -104,7 +109,7 @@ def test_rows_that_depend_on_the_tokens_before_keep_the_false_positive_rate():
         for _ in range(64):
             row = rng.standard_normal(200) * (2.5 if not tokens or tokens[-1] != 0 else 1.0)
             row[0] = row.max() + (rng.exponential(2.0) if tokens and tokens[-1] == 0 else 0.0)
-            ids, p = _chain(row.astype(np.float32), [], COOL)
+            ids, p = chain_distribution(row.astype(np.float32), [], COOL)
             ids, p = ids[p > 0], p[p > 0]
             tokens.append(int(ids[rng.choice(ids.size, p=p)]))
             rows.append(row)
@@ -121,7 +126,7 @@ def test_sensitivity_is_the_derivative_of_the_expected_normal_score():
     from scipy import stats as sps
 
     row = np.array([0.0, -0.3, -0.9, -1.7, -2.2, -9.0], dtype=np.float32)
-    _, p = _chain(row, [], WARM)
+    _, p = chain_distribution(row, [], WARM)
     p = p[p > 0]
 
     upper = np.clip(np.cumsum(p), 0, 1)  # p is ranked already: one token ahead of the next
@@ -201,11 +206,17 @@ def _record(rng, seed, colder_speculative):
 def test_a_prompts_analysis_runs_the_temperature_test_on_each_path_that_recorded_it():
     rng = np.random.default_rng(8)
     records = [_record(rng, seed, colder_speculative=True) for seed in range(1, 9)]
-    tests = {t["name"]: t for t in analyze_prompt(records, alpha=ALPHA)["tests"]}
-    assert tests["temperature:speculative"]["p_adjusted"] < ALPHA
-    assert tests["temperature:speculative"]["statistic"] > 0  # colder
-    assert tests["temperature:baseline"]["p_adjusted"] > ALPHA
+    analysis = analyze_prompt(records, alpha=ALPHA)
+    alone = {t["name"]: t for t in analysis["consistency"]}
+    placebo = {t["name"]: t for t in analysis["placebo"]["tests"]}
+    assert alone["temperature:speculative"]["p_adjusted"] < ALPHA
+    assert alone["temperature:speculative"]["statistic"] > 0  # colder
+    assert placebo["temperature:baseline"]["p_adjusted"] > ALPHA
+    against = {t["name"]: t for t in analysis["tests"]}["temperature:vs-placebo"]
+    assert against["p_adjusted"] < ALPHA
+    assert against["statistic"] > 0  # colder than the placebo
     del records[0]["baseline"]["chain_sensitivity"]  # a result written before the test existed
-    names = {t["name"] for t in analyze_prompt(records, alpha=ALPHA)["tests"]}
-    assert "temperature:baseline" not in names
-    assert "temperature:speculative" in names
+    analysis = analyze_prompt(records, alpha=ALPHA)
+    assert "temperature:baseline" not in {t["name"] for t in analysis["placebo"]["tests"]}
+    assert "temperature:speculative" in {t["name"] for t in analysis["consistency"]}
+    assert "temperature:vs-placebo" not in {t["name"] for t in analysis["tests"]}

@@ -219,7 +219,7 @@ class ResultRecord:
     def rescore_failed(self) -> bool:
         """Re-scoring the target failed for this result (a server timed out or refused): the
         generations are kept, the verdict says why, and a resumed run redoes it."""
-        if "rescore_error" in self.evidence.get("speculative", {}):
+        if any("rescore_error" in self.evidence.get(p, {}) for p in ("baseline", "speculative")):
             return True
         return self.verdict is not None and bool(self.verdict.evidence.get("rescore_failed"))
 

@@ -24,7 +24,9 @@ __all__ = ["MAX_EXAMPLES", "AnalysisView", "TestView", "analysis_view", "samplin
 #: Seed records shown in full per analysed prompt (those that differ first).
 MAX_EXAMPLES = 2
 _SERIES = {"baseline": "d-base", "speculative": "d-spec", "observed": "s-obs", "expected": "s-exp"}
-_SKIP = frozenset({"kind", "key", "suite", "prompt_id", "mode", "tests", "verdict", "charts"})
+_SKIP = frozenset(
+    {"kind", "key", "suite", "prompt_id", "mode", "tests", "verdict", "charts", "consistency"}
+)
 
 
 @dataclass(frozen=True)
@@ -139,13 +141,34 @@ def analysis_view(
     charts = charts if isinstance(charts, Mapping) else {}
     drawn = [c for k, v in charts.items() for c in _charts(str(k), v, vocab)]
     figures: list[tuple[str, str]] = []
+    placebo = record.figures.get("placebo")
+    placebo = placebo if isinstance(placebo, Mapping) else {}
+    consistency = record.figures.get("consistency")
+    # Each path's one-sample tests against the instrument's rows alone: shown, never decisive.
+    one_sample = [*(placebo.get("tests") or []), *(consistency or [])]
     for key, value in record.figures.items():
         if key in _SKIP:
             continue
+        if key == "placebo" and isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if k != "tests"}
         if isinstance(value, Mapping):
-            figures.extend((f"{key} {k}".replace("_", " "), fmt(v)) for k, v in value.items())
+            for k, v in value.items():
+                if isinstance(v, Mapping):
+                    figures.extend(
+                        (f"{key} {k} {kk}".replace("_", " "), fmt(vv)) for kk, vv in v.items()
+                    )
+                else:
+                    figures.append((f"{key} {k}".replace("_", " "), fmt(v)))
         else:
             figures.append((key.replace("_", " "), fmt(value)))
+    if one_sample:
+        figures.append(
+            (
+                "one-sample tests",
+                "each path against the instrument's rows alone (Holm-adjusted among its own); "
+                "the baseline's is the placebo: never a sampler-bug by itself",
+            )
+        )
     return AnalysisView(
         anchor=f"a{i}",
         key=record.key,
@@ -154,7 +177,7 @@ def analysis_view(
         reason=verdict.reason,
         evidence=evidence_rows(verdict.evidence),
         figures=tuple(figures),
-        tests=tuple(_test(t) for t in record.tests),
+        tests=tuple(_test(t) for t in [*record.tests, *one_sample] if isinstance(t, Mapping)),
         charts=tuple((caption, svg) for caption, svg in drawn if svg is not None),
         examples=tuple(examples),
         seeds=seeds,

@@ -26,22 +26,19 @@ from equiv.records.machine import Machine
 from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
-from equiv.verdicts.classify import (
-    classify_sampling,
-    classify_temp0,
-    fingerprint_differences,
-    needs_batched_evidence,
-)
+from equiv.verdicts.classify import classify_temp0, fingerprint_differences
 from equiv.verdicts.compare import compare
 from equiv.verdicts.drift import drift_metrics
+from equiv.verdicts.fidelity import rescore_fidelity
 from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.sampling_evidence import (
     analyze_prompt,
-    batched_consistency,
+    batched_vs_placebo,
     chain_evidence,
     judgement_evidence,
     top_k_rows,
 )
+from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
 from equiv.verdicts.summary import summarize
 
 __all__ = [
@@ -388,23 +385,41 @@ class Runner:
             record["speculative"].update(
                 judgement_evidence(spec.logits, spec.tokens, spec.judgements, sampling)
             )
-        # Every speculative sample is re-scored by the target one token at a time, exactly as
-        # the baseline evaluates: the drift between the rows the speculative sampler used and the
-        # target's own, and the sample's log-likelihood under the same scorer as the baseline's.
-        if rescorer(self.baseline) is not None and spec.tokens:
-            try:
-                target = self._rescore(tokens, spec.tokens, False)
-            except EngineError as exc:  # the generations are kept; the analysis says why
-                record["speculative"]["rescore_error"] = str(exc).splitlines()[0]
-                self._rescore_cost(record)
-                return record
-            if spec.logits is not None:
-                record["rescore_drift"] = drift_metrics(spec.logits, target).to_dict()
-            pits, sensitivities = chain_evidence(target, spec.tokens, self.config.sampling)
-            record["speculative"]["target_pit"] = pits
-            record["speculative"]["target_sensitivity"] = sensitivities
+        # Both paths' samples are re-scored by the target one token at a time, exactly as the
+        # baseline evaluates: the speculative ones to test, the baseline's as their placebo (the
+        # same instrument on samples whose rows are known), with the re-scoring's fidelity there.
+        if rescorer(self.baseline) is not None:
+            for gen, path in ((spec, "speculative"), (base, "baseline")):
+                if gen.tokens and not self._rescore_sample(record, tokens, gen, path):
+                    break
         self._rescore_cost(record)
         return record
+
+    def _rescore_sample(
+        self, record: dict[str, Any], prompt: Sequence[int], gen: Generation, path: str
+    ) -> bool:
+        """Re-score one path's sample single-token and record its PIT under those rows; for the
+        speculative path the drift from the rows it used, for the baseline the re-scoring's
+        fidelity against the rows it reported. False where re-scoring failed (recorded)."""
+        sampling = self.config.sampling
+        try:
+            target = self._rescore(prompt, gen.tokens, False)
+        except EngineError as exc:  # the generations are kept; the analysis says why
+            record[path]["rescore_error"] = str(exc).splitlines()[0]
+            return False
+        pits, sensitivities = chain_evidence(target, gen.tokens, sampling)
+        record[path]["target_pit"] = pits
+        record[path]["target_sensitivity"] = sensitivities
+        if path == "speculative" and gen.logits is not None:
+            record["rescore_drift"] = drift_metrics(gen.logits, target).to_dict()
+        if path == "baseline":
+            reported = gen.logits
+            if reported is None:
+                reported = top_k_rows(gen.alternatives, gen.tokens, sampling)
+            if reported is not None:
+                fidelity = rescore_fidelity(reported, target, gen.tokens, sampling)
+                record["rescore_fidelity"] = fidelity.to_dict()
+        return True
 
     def _analyze(self, items: Sequence[PlanItem]) -> list[dict[str, Any]]:
         """One analysis record per prompt whose seeds are all done and not yet analysed."""
@@ -444,10 +459,10 @@ class Runner:
     def _batched_evidence(
         self, item: PlanItem, seed_records: Sequence[dict[str, Any]]
     ) -> dict[str, Any]:
-        """Over HTTP the speculative samples were tested against the target's single-token rows;
-        where that rejects, re-score them batched (as verification evaluates) and test again:
-        the evidence that tells numeric drift from a sampler bug. Asked only then: it costs one
-        request per token."""
+        """Over HTTP the speculative samples were compared with the placebo under the target's
+        single-token rows; where that rejects, re-score them batched (as verification evaluates)
+        and compare again: the evidence that tells numeric drift from a sampler bug. Asked only
+        then: it costs one request per token."""
         if not self._can_rescore():
             return {"error": "the servers cannot re-score batched"}
         prompt = self.tokenize([item])[item.prompt.key]
@@ -465,7 +480,7 @@ class Runner:
         except EngineError as exc:
             evidence: dict[str, Any] = {"error": str(exc).splitlines()[0]}
         else:
-            evidence = {"tests": batched_consistency(scored, alpha=self._prompt_alpha)}
+            evidence = {"tests": batched_vs_placebo(scored, alpha=self._prompt_alpha)}
         self._rescore_cost(evidence)
         return evidence
 

@@ -44,15 +44,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from equiv.config import validate_sampling
+from equiv.config import SamplingConfig, validate_sampling
 from equiv.errors import ConfigError
 
 __all__ = [
+    "PENALTY_WINDOW",
     "apply_penalties",
+    "chain_distribution",
     "chain_probs",
     "pit_position",
     "validate_sampling",
@@ -225,3 +228,39 @@ def pit_position(probs: npt.ArrayLike, token: int) -> tuple[float, float]:
     ids = np.arange(p.size)
     before = (p > pt) | ((p == pt) & (ids < token))
     return float(np.sum(p[before])), pt
+
+
+PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size
+
+
+def chain_distribution(
+    row: npt.NDArray[np.float32], history: Sequence[int], sampling: SamplingConfig
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
+    """The configured chain's distribution over one logits row (full, or top-K with ``-inf``
+    elsewhere): the candidate ids (ascending) and their probabilities; ``history`` is the output
+    so far, for the penalties."""
+    logits: Any = row
+    if sampling.repeat_penalty != 1 or sampling.frequency_penalty or sampling.presence_penalty:
+        logits = apply_penalties(
+            row,
+            list(history[-PENALTY_WINDOW:]),
+            repeat_penalty=sampling.repeat_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            presence_penalty=sampling.presence_penalty,
+        )
+    ids: Any = None
+    if 0 < sampling.top_k < row.shape[0]:
+        # Only the top_k (ties at the boundary included) can survive the chain: run it on
+        # those candidates, in ascending id order so that ties rank as over the full row.
+        kth = np.partition(logits, logits.shape[0] - sampling.top_k)[-sampling.top_k]
+        ids = np.flatnonzero(logits >= kth)
+        logits = logits[ids]
+    probs = chain_probs(
+        logits,
+        temp=sampling.temp,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        typical_p=sampling.typical_p,
+    )
+    return (np.arange(row.shape[0]) if ids is None else ids), probs

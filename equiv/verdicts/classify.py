@@ -27,23 +27,7 @@ large vocabulary and says nothing about the two tokens in question):
 - ``inconclusive`` when neither rows nor re-scoring are available, re-scoring failed, b lies
   outside a server's recorded top-K by less than the bound, or fewer than 4 positions calibrate.
 
-Temperature > 0 from the tests of `equiv.verdicts.sampling_evidence` (Holm-adjusted within the
-prompt at the prompt's share alpha/P of the run's level):
-
-- ``sampler-bug`` if a sampler-consistency test (randomized PIT, the top-token count, or the
-  temperature test: the PIT's normal scores weighed by each position's sensitivity) rejects
-  on either path (its tokens are not draws from its own logits and chain; over HTTP, the
-  speculative samples are tested against the target's rows re-scored on the baseline server,
-  the baseline's against its own top-K), or the logits the speculative sampler used are not the
-  target's (mean KL against the target's single-token re-scoring > 0.1 nats). Over HTTP a
-  rejection of the speculative path's tests is a sampler bug only if the same tests reject the
-  samples against the target's *batched* rows too (`batched_consistency`);
-- ``numeric-drift`` if only the two-sample tests reject, or over HTTP the speculative samples
-  are draws from the target's batched rows but not from its single-token ones (a low
-  temperature amplifies the difference);
-- ``equivalent`` if nothing rejects and the consistency test had power >= 0.8 for Cohen's w = 0.1
-  at alpha / m, Holm's first step over the prompt's m tests (the level a lone rejection needs);
-- ``inconclusive`` otherwise, saying how many more tokens would give that power.
+Temperature > 0: `equiv.verdicts.sampling_verdict`, from comparisons with the placebo.
 """
 
 from __future__ import annotations
@@ -61,24 +45,18 @@ from equiv.errors import EngineError
 from equiv.records import Comparison, Generation
 from equiv.records.generation import top_k
 from equiv.verdicts.labels import Label, Verdict
-from equiv.verdicts.stats import chi2_power, min_detectable_w
 
 __all__ = [
-    "KL_NOT_TARGET",
-    "MIN_POWER",
     "DriftBound",
     "Rescorer",
-    "classify_sampling",
     "classify_temp0",
     "drift_bound",
     "fingerprint_differences",
     "gap_movements",
-    "needs_batched_evidence",
+    "misconfiguration",
     "run_verdict",
 ]
 
-MIN_POWER = 0.8
-KL_NOT_TARGET = 0.1
 OWN_ARGMAX_TOL = 1e-4
 # The calibrated temp-0 bound (`DriftBound`): the gaps between the single-token row's top
 # GAP_CANDIDATES (2: the top token and its runner-up; on the default pair the top-8 gaps move
@@ -130,7 +108,7 @@ def fingerprint_differences(
     return out
 
 
-def _misconfiguration(differences: Sequence[str], outputs: str) -> Verdict:
+def misconfiguration(differences: Sequence[str], outputs: str) -> Verdict:
     return Verdict(
         Label.MISCONFIGURATION,
         f"the two paths were not the same experiment ({outputs}): {differences[0]}",
@@ -179,7 +157,7 @@ def classify_temp0(
 ) -> Verdict:
     if differences:
         same = "outputs identical" if comparison.identical else "outputs differ"
-        return _misconfiguration(differences, same)
+        return misconfiguration(differences, same)
     div = comparison.divergence
     if comparison.identical or div is None:
         return Verdict(
@@ -460,165 +438,6 @@ def drift_bound(movements: npt.ArrayLike) -> DriftBound | None:
         max_movement=largest,
         median_movement=float(np.median(values)),
         exceed_at_most=1.0 / (values.size + 1),
-    )
-
-
-def _test(analysis: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    return next((t for t in analysis["tests"] if t["name"] == name), None)
-
-
-# The stages of a rejection sampler, tested on their own when the engine reports judgements.
-STAGES = {
-    "acceptance-forced:speculative": "accept/reject decisions break min(1, p/q): it rejects "
-    "draft tokens the rule must accept, or accepts ones it must reject",
-    "acceptance-rate:speculative": "acceptance rate is not the one min(1, p/q) implies",
-    "residual:speculative": "replacements after a rejection are not draws from norm(max(0, p - q))",
-}
-
-
-CONSISTENCY = ("top-token", "sampler-consistency", "temperature")  # the one-sample tests
-
-
-def needs_batched_evidence(analysis: Mapping[str, Any]) -> bool:
-    """Whether a one-sample test of the speculative path rejects at the prompt's level: over
-    HTTP, where those tests read the target's single-token rows, `classify_sampling` then asks
-    whether the target's batched rows explain the samples (``analysis["batched"]``)."""
-    return any(
-        t["p_adjusted"] < analysis["alpha"]
-        for kind in CONSISTENCY
-        if (t := _test(analysis, f"{kind}:speculative")) is not None
-    )
-
-
-def _batched_answer(
-    evidence: Mapping[str, Any] | None, alpha: float
-) -> tuple[dict[str, Any] | None, str]:
-    """What the speculative samples re-scored *batched* say (`sampling_evidence
-    .batched_consistency`): ``(figures, words)``; figures None where there is no such evidence."""
-    if not evidence or not evidence.get("tests"):
-        why = (evidence or {}).get("error") or "the target's batched rows were not asked"
-        return None, f"whether numeric drift explains it could not be checked: {why}"
-    tests = evidence["tests"]
-    rejected = [t["name"] for t in tests if t["p_adjusted"] < alpha]
-    figures = {"rejected": rejected, "p_adjusted": {t["name"]: t["p_adjusted"] for t in tests}}
-    shown = ", ".join(f"{t['name'].split(':')[0]} p = {t['p_adjusted']:.2g}" for t in tests)
-    if rejected:
-        return figures, (
-            f"nor from its batched rows, the numerics of draft verification ({shown}): "
-            "numeric drift does not explain it"
-        )
-    return figures, (
-        f"but they are draws from its batched rows, the numerics of draft verification (no test "
-        f"rejects at alpha {alpha:.2g}: {shown}): the difference between single-token and "
-        "batched evaluation, which a low temperature amplifies"
-    )
-
-
-def classify_sampling(
-    analysis: Mapping[str, Any], *, differences: Sequence[str] = (), has_logits: bool = True
-) -> Verdict:
-    alpha = analysis["alpha"]
-    rejected = [t for t in analysis["tests"] if t["p_adjusted"] < alpha]
-    ev: dict[str, Any] = {
-        "alpha": alpha,
-        "rejected": [t["name"] for t in rejected],
-        "same_seed_agreement": analysis["same_seed_agreement"],
-        "drift": analysis.get("drift"),
-    }
-    if differences:
-        return _misconfiguration(differences, f"{len(rejected)} test(s) reject")
-    spec = _test(analysis, "sampler-consistency:speculative")
-    for name, what in STAGES.items():
-        test = _test(analysis, name)
-        if test is not None and test["p_adjusted"] < alpha:
-            return Verdict(
-                Label.SAMPLER_BUG,
-                f"the speculative sampler's {what} ({name.split(':')[0]} test: Holm-adjusted "
-                f"p = {test['p_adjusted']:.2g} < alpha {alpha:.2g}; {test['detail']})",
-                ev,
-            )
-    drifted = None  # a rejection over HTTP that the target's batched rows explain
-    for path in ("speculative", "baseline"):
-        for kind in CONSISTENCY:
-            test = _test(analysis, f"{kind}:{path}")
-            if test is None or test["p_adjusted"] >= alpha:
-                continue
-            source = (
-                "its own logits"
-                if has_logits or path == "baseline"
-                else "the target's single-token logits (re-scored on the baseline server)"
-            )
-            found = (
-                f"the {path} path's tokens are not draws from {source} and the sampler chain "
-                f"({kind} test: statistic {test['statistic']:.2f}, Holm-adjusted p = "
-                f"{test['p_adjusted']:.2g} < alpha {alpha:.2g}, n = {test['n']} tokens; "
-                f"{test['detail'].split(';')[0]})"
-            )
-            if has_logits or path == "baseline":
-                return Verdict(Label.SAMPLER_BUG, found, ev)
-            batched, why = _batched_answer(analysis.get("batched"), alpha)
-            ev["batched"] = batched
-            if batched is None or batched["rejected"]:
-                return Verdict(Label.SAMPLER_BUG, f"{found}; {why}", ev)
-            drifted = drifted or f"{found}; {why}"
-    drift = analysis.get("drift")
-    if drift and drift["kl_mean"] > KL_NOT_TARGET:
-        return Verdict(
-            Label.SAMPLER_BUG,
-            f"the logits the speculative sampler used are not the target's: mean KL "
-            f"{drift['kl_mean']:.3f} nats against the target's own re-scoring (batching drift is "
-            f"typically < 0.01), top-1 agreement {drift['top1_agreement']:.2f}",
-            ev,
-        )
-    if drifted is not None:
-        return Verdict(Label.NUMERIC_DRIFT, drifted, ev)
-    if rejected:
-        names = ", ".join(t["name"] for t in rejected)
-        return Verdict(
-            Label.NUMERIC_DRIFT,
-            f"both samplers follow their own logits, but the output distributions differ "
-            f"({names} reject at alpha {alpha:.2g}): the logits differ between the paths",
-            ev,
-        )
-    power_test = spec if spec is not None else _test(analysis, "first-token:two-sample")
-    n = (power_test or {}).get("n", 0)
-    df = (power_test or {}).get("df") or 9
-    # Power at Holm's first step, alpha / m: the level a lone rejection among the prompt's m
-    # tests must reach (the test's own figure is at alpha, which Holm never grants it).
-    level = alpha / max(len(analysis["tests"]), 1)
-    ran = power_test is not None and n > 0 and power_test.get("df") is not None
-    power = chi2_power(n, df, alpha=level, w=0.1) if ran else 0.0  # a test without data: none
-    ev["power"] = power
-    ev["power_alpha"] = level
-    temperature = _test(analysis, "temperature:speculative")
-    if temperature is not None:
-        ev["temperature_power"] = temperature["power"]
-    what = "sampler-consistency"
-    if spec is None:
-        what = "first-token two-sample (no logits reported, no re-scoring)"
-    errors = analysis.get("rescore_errors") or []
-    if errors:
-        what += (
-            f"; re-scoring failed for {len(errors)} of {analysis['samples']} samples "
-            f"({errors[0]}), so the one-sample tests of the speculative path did not run"
-        )
-    if power >= MIN_POWER:
-        return Verdict(
-            Label.EQUIVALENT,
-            f"no test rejects at alpha {alpha:.2g}; the {what} test over {n} tokens had power "
-            f"{power:.2f} for Cohen's w >= 0.1 at the Holm level {level:.2g}",
-            ev,
-        )
-    need = n
-    while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=level, power=MIN_POWER) > 0.1:
-        need = max(2 * need, 16)
-    ev.update(tokens=n, tokens_needed=need)  # so a caller can say how many seeds would do
-    return Verdict(
-        Label.INCONCLUSIVE,
-        f"no test rejects, but the {what} test over {n} tokens has power only {power:.2f} for "
-        f"w >= 0.1 at the Holm level {level:.2g}; about {need} tokens would reach {MIN_POWER}: "
-        "add seeds or max_tokens",
-        ev,
     )
 
 

@@ -37,7 +37,9 @@ from scipy.special import ndtri
 
 from equiv.config import SamplingConfig
 from equiv.records import Drift, Judgement
-from equiv.verdicts.chain import apply_penalties, chain_probs, pit_position
+from equiv.verdicts.chain import PENALTY_WINDOW, chain_distribution, pit_position
+from equiv.verdicts.fidelity import Fidelity
+from equiv.verdicts.placebo import pit_vs_placebo, temperature_vs_placebo, top_token_vs_placebo
 from equiv.verdicts.stats import (
     TestResult,
     acceptance_rate_test,
@@ -56,49 +58,18 @@ __all__ = [
     "PENALTY_WINDOW",
     "PIT_BINS",
     "analyze_prompt",
-    "batched_consistency",
+    "batched_vs_placebo",
+    "chain_distribution",
     "chain_evidence",
     "chain_pit",
     "chain_sensitivity",
     "judgement_evidence",
+    "pipeline",
     "top_k_rows",
 ]
 
 PIT_BINS = 10
 DEGENERATE = 1.0 - 1e-9  # a chain distribution whose top token holds all the mass
-PENALTY_WINDOW = 64  # llama-cpp-python's last_n_tokens_size
-
-
-def _chain(
-    row: npt.NDArray[np.float32], history: Sequence[int], sampling: SamplingConfig
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
-    """The configured chain's distribution over one logits row: the candidate ids (ascending)
-    and their probabilities; ``history`` is the output so far, for the penalties."""
-    logits: Any = row
-    if sampling.repeat_penalty != 1 or sampling.frequency_penalty or sampling.presence_penalty:
-        logits = apply_penalties(
-            row,
-            list(history[-PENALTY_WINDOW:]),
-            repeat_penalty=sampling.repeat_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            presence_penalty=sampling.presence_penalty,
-        )
-    ids: Any = None
-    if 0 < sampling.top_k < row.shape[0]:
-        # Only the top_k (ties at the boundary included) can survive the chain: run it on
-        # those candidates, in ascending id order so that ties rank as over the full row.
-        kth = np.partition(logits, logits.shape[0] - sampling.top_k)[-sampling.top_k]
-        ids = np.flatnonzero(logits >= kth)
-        logits = logits[ids]
-    probs = chain_probs(
-        logits,
-        temp=sampling.temp,
-        top_k=sampling.top_k,
-        top_p=sampling.top_p,
-        min_p=sampling.min_p,
-        typical_p=sampling.typical_p,
-    )
-    return (np.arange(row.shape[0]) if ids is None else ids), probs
 
 
 def _pit(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
@@ -127,7 +98,7 @@ def chain_evidence(
     over each row (the chain is most of their cost: a partition of the whole vocabulary)."""
     pits, sensitivities = [], []
     for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
-        ids, probs = _chain(row, tokens[:i], sampling)
+        ids, probs = chain_distribution(row, tokens[:i], sampling)
         pits.append(_pit(ids, probs, int(token)))
         sensitivities.append(_sensitivity(ids, probs, int(token)))
     return pits, sensitivities
@@ -207,8 +178,8 @@ def judgement_evidence(
     acceptance: list[list[float]] = []
     residual: list[list[float]] = []
     for j in judgements:
-        p_ids, p = _chain(rows[j.pos], tokens[: j.pos], sampling)
-        q_ids, q = _chain(j.draft_row, tokens[: j.pos], sampling)
+        p_ids, p = chain_distribution(rows[j.pos], tokens[: j.pos], sampling)
+        q_ids, q = chain_distribution(j.draft_row, tokens[: j.pos], sampling)
         ids = np.union1d(p_ids, q_ids)
         pp = np.zeros(ids.size)
         qq = np.zeros(ids.size)
@@ -271,10 +242,8 @@ def _stage_tests(
     ]
 
 
-def _loglik(record: Mapping[str, Any], path: str) -> float | None:
-    """The sample's log-likelihood under the target's single-token evaluation and the chain: the
-    baseline's own rows are exactly that; speculative samples carry a re-scoring."""
-    key = "chain_pit" if path == "baseline" else "target_pit"
+def _loglik(record: Mapping[str, Any], path: str, key: str) -> float | None:
+    """The sample's log-likelihood under the rows and chain of its PIT entries ``key``."""
     pits = record[path].get(key)
     if pits is None:
         return None
@@ -324,16 +293,28 @@ def analyze_prompt(
     """The tests over one prompt's seed records, Holm-adjusted within the prompt at ``alpha``.
 
     ``alpha`` is the prompt's share of the run's family-wise level (the runner divides by the
-    number of prompts: Bonferroni across prompts, Holm within). Returns the ``analysis`` payload:
-    tests (each with ``p_adjusted``), charts, drift and the same-seed agreement.
+    number of prompts: Bonferroni across prompts, Holm within). Both paths' samples are scored by
+    one instrument (`pipeline`): in process the rows each path reported; over HTTP the target's
+    single-token rows re-scored on the baseline server, for the baseline's samples (the
+    *placebo*) exactly as for the speculative ones. The decision family (``tests``): the
+    speculative samples against the placebo (`equiv.verdicts.placebo`), the rejection
+    sampler's stages where the engine reports them, and the two-sample tests of the outputs.
+    Beside it, each path's one-sample tests against the instrument's rows (``placebo.tests``
+    for the baseline, ``consistency`` for the speculative path), each Holm-adjusted among its own.
     """
-    tests: list[TestResult] = []
     pit_seed = _pit_seed(records)
-    u: dict[str, Any] = {}
-    keys = _pit_keys(records, has_logits)
-    for path, key in keys.items():
-        u[path] = _pit_values(records, path, pit_seed, key=key)
-        tests.extend(_consistency(records, path, key, alpha, effect_w, u[path], path))
+    keys = pipeline(records, has_logits)
+    u = {
+        path: _pit_values(records, path, pit_seed + i, key=key)
+        for i, (path, key) in enumerate(keys.items())
+    }
+    one_sample = {
+        path: _adjusted(_consistency(records, path, key, alpha, effect_w, u[path], path))
+        for path, key in keys.items()
+    }
+    tests: list[TestResult] = []
+    if len(keys) == 2:
+        tests += _vs_placebo(records, keys["speculative"], keys["baseline"], alpha, effect_w, "")
     tests.extend(_stage_tests(records, alpha, pit_seed, effect_w))
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
     tests.append(
@@ -345,9 +326,9 @@ def analyze_prompt(
         )
     )
     lengths = {p: [len(r[p]["tokens"]) for r in records] for p in ("baseline", "speculative")}
-    scored = {p: [_loglik(r, p) for r in records] for p in ("baseline", "speculative")}
-    logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
-    if all(len(logliks[p]) == len(records) for p in logliks):
+    if len(keys) == 2:
+        scored = {p: [_loglik(r, p, keys[p]) for r in records] for p in keys}
+        logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
         tests.append(
             _renamed(
                 mann_whitney(logliks["baseline"], logliks["speculative"], alpha=alpha),
@@ -371,16 +352,21 @@ def analyze_prompt(
                 "distinct-2:two-sample",
             )
         )
-    adjusted = holm([t.p_value for t in tests])
     same = sum(r["baseline"]["tokens"] == r["speculative"]["tokens"] for r in records)
     errors = [
-        r["speculative"]["rescore_error"] for r in records if "rescore_error" in r["speculative"]
+        f"{path}: {r[path]['rescore_error']}"
+        for r in records
+        for path in ("baseline", "speculative")
+        if "rescore_error" in r[path]
     ]
     return {
         **({"rescore_errors": errors} if errors else {}),
         "samples": len(records),
         "alpha": alpha,
-        "tests": [{**t.to_dict(), "p_adjusted": p} for t, p in zip(tests, adjusted, strict=True)],
+        "pipeline": keys,
+        "tests": _adjusted(tests),
+        "placebo": _placebo(records, keys, one_sample.get("baseline"), has_logits),
+        "consistency": one_sample.get("speculative", []),
         "same_seed_agreement": same / len(records),
         "drift": _drift_summary(records),
         "charts": {
@@ -393,19 +379,117 @@ def analyze_prompt(
     }
 
 
-def batched_consistency(
-    records: Sequence[Mapping[str, Any]], *, alpha: float, effect_w: float = 0.1
-) -> list[dict[str, Any]]:
-    """The speculative path's consistency tests once more, against the target's *batched* rows
-    (``batched_pit``, ``batched_sensitivity``: the speculative samples re-scored as draft
-    verification evaluates them), Holm-adjusted among themselves at ``alpha``. Over HTTP the
-    one-sample tests read the target's single-token rows, not the rows the speculative sampler
-    used; when those tests reject, these say whether the numerics of verification explain it.
-    """
-    u = _pit_values(records, "speculative", _pit_seed(records), key="batched_pit")
-    tests = _consistency(records, "speculative", "batched_pit", alpha, effect_w, u, "batched")
+def _adjusted(tests: Sequence[TestResult]) -> list[dict[str, Any]]:
+    """The tests as records, each with its Holm-adjusted p-value among ``tests``."""
     adjusted = holm([t.p_value for t in tests])
     return [{**t.to_dict(), "p_adjusted": p} for t, p in zip(tests, adjusted, strict=True)]
+
+
+def _placebo(
+    records: Sequence[Mapping[str, Any]],
+    keys: Mapping[str, str],
+    tests: list[dict[str, Any]] | None,
+    has_logits: bool,
+) -> dict[str, Any]:
+    """The placebo's own record: the baseline's one-sample tests through the speculative
+    samples' pipeline, and the re-scoring's fidelity; ``error`` where it could not be formed."""
+    fidelity = Fidelity.pooled(
+        Fidelity.from_dict(r["rescore_fidelity"]) for r in records if r.get("rescore_fidelity")
+    )
+    out: dict[str, Any] = {"fidelity": None if fidelity is None else fidelity.to_dict()}
+    if tests is None or "speculative" not in keys:
+        missing = "the baseline's" if "speculative" in keys else "the speculative"
+        out["error"] = (
+            f"{missing} samples were not scored by the same instrument (re-scoring not offered "
+            "or failed), so the speculative samples cannot be compared with a placebo"
+        )
+        return out
+    out["tests"] = tests
+    out["instrument"] = (
+        "the rows each path reported (in process)"
+        if has_logits
+        else "the target's single-token rows re-scored on the baseline server"
+    )
+    return out
+
+
+def _vs_placebo(
+    records: Sequence[Mapping[str, Any]],
+    spec_key: str,
+    base_key: str,
+    alpha: float,
+    effect_w: float,
+    suffix: str,
+) -> list[TestResult]:
+    """The speculative samples under ``spec_key`` against the placebo (the baseline's samples
+    under ``base_key``): PIT histograms, top-token excess, temperature; named
+    ``<test>:vs-placebo`` (with ``suffix``)."""
+    seed = _pit_seed(records) + 7
+    u_spec = _pit_values(records, "speculative", seed, key=spec_key)
+    u_base = _pit_values(records, "baseline", seed + 1, key=base_key)
+    name = f"vs-placebo{suffix}"
+    out = [_renamed(pit_vs_placebo(u_spec, u_base, alpha=alpha, effect_w=effect_w), f"pit:{name}")]
+    top = {
+        path: np.asarray([t for r in records for t in r[path].get(key, [])], dtype=float).reshape(
+            -1, 3
+        )
+        for path, key in (("speculative", spec_key), ("baseline", base_key))
+    }
+    out.append(
+        _renamed(
+            top_token_vs_placebo(
+                top["speculative"][:, 0] == 0.0,
+                top["speculative"][:, 2],
+                top["baseline"][:, 0] == 0.0,
+                top["baseline"][:, 2],
+                alpha=alpha,
+            ),
+            f"top-token:{name}",
+        )
+    )
+    sens = {
+        path: key.replace("_pit", "_sensitivity")
+        for path, key in (("speculative", spec_key), ("baseline", base_key))
+    }
+    if all(sens[p] in r[p] for r in records for p in sens):
+        paired = {
+            path: _pit_and_sensitivity(records, path, key, sens[path], seed + 2 + i)
+            for i, (path, key) in enumerate((("speculative", spec_key), ("baseline", base_key)))
+        }
+        out.append(
+            _renamed(
+                temperature_vs_placebo(*paired["speculative"], *paired["baseline"], alpha=alpha),
+                f"temperature:{name}",
+            )
+        )
+    return out
+
+
+def _pit_and_sensitivity(
+    records: Sequence[Mapping[str, Any]], path: str, pit_key: str, sens_key: str, seed: int
+) -> tuple[Any, Any]:
+    """Every emitted position's randomized PIT and sensitivity, paired record by record."""
+    pits: list[Sequence[float]] = []
+    sens: list[float] = []
+    for r in records:
+        pairs = list(zip(r[path][pit_key], r[path][sens_key], strict=True))
+        pits.extend(pit for pit, _ in pairs)
+        sens.extend(k for _, k in pairs)
+    arr = np.asarray(pits, dtype=np.float64).reshape(-1, 3)
+    return randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed)), np.asarray(sens)
+
+
+def batched_vs_placebo(
+    records: Sequence[Mapping[str, Any]], *, alpha: float, effect_w: float = 0.1
+) -> list[dict[str, Any]]:
+    """Over HTTP, where the speculative samples differ from the placebo under single-token rows:
+    the speculative samples re-scored *batched*, as draft verification evaluates them
+    (``batched_pit``, ``batched_sensitivity``), against the placebo under single-token rows, as
+    plain decoding evaluates (``target_pit``). Each path is scored under re-scored rows of its
+    own evaluation shape, so numeric drift between the shapes cancels and only a sampler fault
+    (and the re-scoring's error on each) is left. Holm-adjusted among themselves at ``alpha``.
+    """
+    return _adjusted(_vs_placebo(records, "batched_pit", "target_pit", alpha, effect_w, "-batched"))
 
 
 def _pit_seed(records: Sequence[Mapping[str, Any]]) -> int:
@@ -439,18 +523,18 @@ def _consistency(
     return tests
 
 
-def _pit_keys(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[str, str]:
-    """Which PIT each path's one-sample tests use: its own rows' (``chain_pit``) where the engine
-    reports rows; over HTTP, the baseline's top-K rows (``chain_pit``) and the speculative
-    samples re-scored on the baseline server (``target_pit``): the target's distribution, so a
-    biased sampler behind the endpoint shows."""
-    if has_logits:
-        return {"baseline": "chain_pit", "speculative": "chain_pit"}
-    keys = {}
-    for path, key in (("baseline", "chain_pit"), ("speculative", "target_pit")):
-        if records and all(key in r[path] for r in records):
-            keys[path] = key
-    return keys
+def pipeline(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[str, str]:
+    """Which PIT entries each path's samples are scored by: the same instrument for both. In
+    process the rows each path reported (``chain_pit``); over HTTP the target's single-token rows
+    re-scored on the baseline server (``target_pit``), for the baseline's samples (the placebo)
+    as for the speculative ones. A path whose records lack them (re-scoring not offered or
+    failed) is left out."""
+    key = "chain_pit" if has_logits else "target_pit"
+    return {
+        path: key
+        for path in ("baseline", "speculative")
+        if records and all(key in r[path] for r in records)
+    }
 
 
 def _temperature(
@@ -460,17 +544,8 @@ def _temperature(
     alpha: float,
     seed: int,
 ) -> TestResult:
-    """The temperature test on every emitted position: its randomized PIT and its sensitivity,
-    paired record by record."""
-    pit_key, sens_key = keys
-    pits: list[Sequence[float]] = []
-    sens: list[float] = []
-    for r in records:
-        pairs = list(zip(r[path][pit_key], r[path][sens_key], strict=True))
-        pits.extend(pit for pit, _ in pairs)
-        sens.extend(k for _, k in pairs)
-    arr = np.asarray(pits, dtype=np.float64).reshape(-1, 3)
-    u = randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed))
+    """The temperature test on every emitted position: its randomized PIT and its sensitivity."""
+    u, sens = _pit_and_sensitivity(records, path, *keys, seed)
     return temperature_test(u, sens, alpha=alpha)
 
 

@@ -1,0 +1,150 @@
+"""Re-scoring fidelity: how far re-scored rows are from the rows a path actually sampled from.
+
+Over HTTP the speculative samples can only be judged against rows re-scored on a server, and
+those are not exactly the rows behind the samples (another batch, another cache state). The
+baseline's positions show by how much: there the server reported the rows it sampled from (its
+top-K log-probabilities, ``n_probs``) and the same positions are re-scored as every other sample
+is. The figures, under the run's sampler chain and temperature (`Fidelity`), say what the
+instrument can and cannot see: a sampler fault that moves the distribution by less than the
+re-scoring does is invisible to a test against re-scored rows alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.config import SamplingConfig
+from equiv.verdicts.chain import chain_distribution
+
+__all__ = ["Fidelity", "rescore_fidelity"]
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Reported against re-scored rows over ``positions`` emitted tokens, under the chain:
+
+    - ``tv_mean``, ``tv_max``: total variation between the two chain distributions (the share
+      of draws a sampler would make differently);
+    - ``kl_mean``, ``kl_max``: KL(reported || re-scored) of the tempered rows over the
+      candidates both report, in nats;
+    - ``top_shift_mean``, ``top_shift_max``: |change| of the probability of the reported row's
+      top token;
+    - ``top_changed``: positions whose top token differs; ``rank_changed``: positions where the
+      emitted token's rank differs.
+    """
+
+    positions: int
+    tv_mean: float
+    tv_max: float
+    kl_mean: float
+    kl_max: float
+    top_shift_mean: float
+    top_shift_max: float
+    top_changed: int
+    rank_changed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fidelity:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+
+    @classmethod
+    def pooled(cls, parts: Iterable[Fidelity]) -> Fidelity | None:
+        """Many samples' figures as one: means weighted by positions, maxima and counts."""
+        items = [p for p in parts if p.positions]
+        if not items:
+            return None
+        n = sum(p.positions for p in items)
+
+        def mean(name: str) -> float:
+            return float(sum(getattr(p, name) * p.positions for p in items)) / n
+
+        return cls(
+            positions=n,
+            tv_mean=mean("tv_mean"),
+            tv_max=max(p.tv_max for p in items),
+            kl_mean=mean("kl_mean"),
+            kl_max=max(p.kl_max for p in items),
+            top_shift_mean=mean("top_shift_mean"),
+            top_shift_max=max(p.top_shift_max for p in items),
+            top_changed=sum(p.top_changed for p in items),
+            rank_changed=sum(p.rank_changed for p in items),
+        )
+
+    @property
+    def line(self) -> str:
+        return (
+            f"re-scored rows against the rows sampled from, over {self.positions} positions: "
+            f"total variation {self.tv_mean:.4f} on average (max {self.tv_max:.3f}), top token's "
+            f"probability moved by {self.top_shift_mean:.4f} (max {self.top_shift_max:.3f}), top "
+            f"token changed at {self.top_changed}, the emitted token's rank at {self.rank_changed}"
+        )
+
+
+def _tempered_kl(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], temp: float) -> float:
+    both = np.isfinite(a) & np.isfinite(b)
+    if both.sum() < 2:
+        return 0.0
+    x = a[both].astype(np.float64) / temp
+    y = b[both].astype(np.float64) / temp
+    lp = x - x.max() - math.log(np.exp(x - x.max()).sum())
+    lq = y - y.max() - math.log(np.exp(y - y.max()).sum())
+    return max(float(np.dot(np.exp(lp), lp - lq)), 0.0)
+
+
+def _rank(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> int:
+    """The token's rank under the chain (0: most probable; ties by id); -1 outside it."""
+    where = np.flatnonzero(ids == token)
+    if where.size == 0 or probs[where[0]] <= 0:
+        return -1
+    p = probs[where[0]]
+    return int(np.sum((probs > p) | ((probs == p) & (ids < token))))
+
+
+def rescore_fidelity(
+    reported: npt.NDArray[np.float32],
+    rescored: npt.NDArray[np.float32],
+    tokens: Sequence[int],
+    sampling: SamplingConfig,
+) -> Fidelity:
+    """`Fidelity` of ``rescored`` rows against the ``reported`` ones at the positions of
+    ``tokens`` (rows may be top-K, ``-inf`` elsewhere; the narrower width is used)."""
+    width = min(reported.shape[1], rescored.shape[1])
+    tv, kl, shift = [], [], []
+    top_changed = rank_changed = 0
+    temp = sampling.temp if sampling.temp > 0 else 1.0
+    for i, token in enumerate(tokens):
+        a, b = reported[i, :width], rescored[i, :width]
+        ids_a, pa = chain_distribution(a, tokens[:i], sampling)
+        ids_b, pb = chain_distribution(b, tokens[:i], sampling)
+        ids = np.union1d(ids_a, ids_b)
+        fa, fb = np.zeros(ids.size), np.zeros(ids.size)
+        fa[np.searchsorted(ids, ids_a)] = pa
+        fb[np.searchsorted(ids, ids_b)] = pb
+        tv.append(0.5 * float(np.abs(fa - fb).sum()))
+        kl.append(_tempered_kl(a, b, temp))
+        top = int(np.argmax(fa))
+        shift.append(abs(float(fa[top] - fb[top])))
+        top_changed += int(np.argmax(fb)) != top
+        rank_changed += _rank(ids, fa, int(token)) != _rank(ids, fb, int(token))
+    if not tv:
+        return Fidelity(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
+    return Fidelity(
+        positions=len(tv),
+        tv_mean=float(np.mean(tv)),
+        tv_max=float(np.max(tv)),
+        kl_mean=float(np.mean(kl)),
+        kl_max=float(np.max(kl)),
+        top_shift_mean=float(np.mean(shift)),
+        top_shift_max=float(np.max(shift)),
+        top_changed=top_changed,
+        rank_changed=rank_changed,
+    )

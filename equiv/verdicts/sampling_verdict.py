@@ -1,0 +1,277 @@
+"""The verdict at temperature > 0, from one prompt's analysis (`sampling_evidence.analyze_prompt`).
+
+Every rule reads a comparison with the *placebo*: the baseline's own samples through the very
+pipeline the speculative samples go through (the same rows, re-scored the same way). A test of
+the speculative samples against rows alone measures the instrument as much as the sampler, so it
+never decides ``sampler-bug`` by itself. Tests are Holm-adjusted within the prompt at the
+prompt's share alpha/P of the run's level. In order:
+
+- ``misconfiguration`` when the two paths' fingerprints differ;
+- ``inconclusive`` when no placebo could be formed (re-scoring not offered or failed) and the
+  outputs differ: drift and a sampler bug cannot be told apart without it;
+- ``inconclusive`` when the placebo rejects its own rows in process (the rows an engine reports
+  are not the rows it sampled from, so no test against them means anything);
+- ``sampler-bug`` when a rejection sampler's stage rejects (engines that report their
+  judgements, read against their own rows, which the placebo has just validated);
+- ``sampler-bug`` when a test of the speculative samples against the placebo rejects (PIT
+  histograms, top-token excess, temperature), in process; over HTTP only if it rejects again
+  with the speculative samples re-scored *batched*, as verification evaluates
+  (`sampling_evidence.batched_vs_placebo`): ``numeric-drift`` if they then agree with the
+  placebo, ``inconclusive`` if that could not be asked;
+- ``sampler-bug`` when the logits the speculative sampler used are not the target's (mean KL to
+  the target's re-scoring above `KL_NOT_TARGET` and 10 times what re-scoring the placebo moves);
+- ``numeric-drift`` when only the two-sample tests of the outputs reject;
+- ``inconclusive`` when the speculative samples alone reject the rows but the placebo does not
+  and the comparison with it does not either: too little data to say which;
+- ``equivalent`` when nothing rejects and the comparison with the placebo had power >= 0.8 for
+  Cohen's w = 0.1 at Holm's first step alpha/m; else ``inconclusive`` with the tokens needed.
+
+Where the placebo itself rejects its rows, the reason says what the instrument cannot see
+(`limit`), with the measured re-scoring fidelity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from equiv.verdicts.classify import misconfiguration
+from equiv.verdicts.fidelity import Fidelity
+from equiv.verdicts.labels import Label, Verdict
+from equiv.verdicts.stats import chi2_power, min_detectable_w
+
+__all__ = [
+    "KL_NOT_TARGET",
+    "MIN_POWER",
+    "STAGES",
+    "VS_PLACEBO",
+    "classify_sampling",
+    "limit",
+    "needs_batched_evidence",
+]
+
+MIN_POWER = 0.8
+KL_NOT_TARGET = 0.1
+#: The tests of the speculative samples against the placebo, by kind.
+VS_PLACEBO = ("pit", "top-token", "temperature")
+#: The stages of a rejection sampler, tested on their own when the engine reports judgements.
+STAGES = {
+    "acceptance-forced:speculative": "accept/reject decisions break min(1, p/q): it rejects "
+    "draft tokens the rule must accept, or accepts ones it must reject",
+    "acceptance-rate:speculative": "acceptance rate is not the one min(1, p/q) implies",
+    "residual:speculative": "replacements after a rejection are not draws from norm(max(0, p - q))",
+}
+
+
+def _find(tests: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    return next((t for t in tests if t["name"] == name), None)
+
+
+def _rejected(tests: Sequence[Mapping[str, Any]], alpha: float) -> list[Mapping[str, Any]]:
+    return [t for t in tests if t["p_adjusted"] < alpha]
+
+
+def _shown(test: Mapping[str, Any], alpha: float) -> str:
+    return (
+        f"{test['name']}: statistic {test['statistic']:.2f}, Holm-adjusted p = "
+        f"{test['p_adjusted']:.2g} < alpha {alpha:.2g}, n = {test['n']}; "
+        f"{test['detail'].split(';')[0]}"
+    )
+
+
+def needs_batched_evidence(analysis: Mapping[str, Any]) -> bool:
+    """Whether a test of the speculative samples against the placebo rejects at the prompt's
+    level: over HTTP, where both are scored under single-token rows, `classify_sampling` then
+    asks whether batched rows explain it (``analysis["batched"]``)."""
+    return any(
+        t["p_adjusted"] < analysis["alpha"]
+        for kind in VS_PLACEBO
+        if (t := _find(analysis["tests"], f"{kind}:vs-placebo")) is not None
+    )
+
+
+def limit(placebo: Mapping[str, Any], alpha: float) -> str | None:
+    """What the instrument cannot see, where the placebo rejects the rows it is scored under:
+    None where it does not."""
+    rejected = _rejected(placebo.get("tests") or [], alpha)
+    if not rejected:
+        return None
+    fidelity = placebo.get("fidelity")
+    measured = ""
+    if fidelity:
+        fid = Fidelity.from_dict(fidelity)
+        measured = (
+            f"; {fid.line}: a sampler fault that moves the distribution by less than total "
+            f"variation {fid.tv_mean:.3f} a token is not visible against these rows alone"
+        )
+    names = ", ".join(t["name"].split(":")[0] for t in rejected)
+    return (
+        f"the placebo (the baseline's own samples through the same pipeline) is rejected by its "
+        f"rows ({names}; {rejected[0]['detail'].split(';')[0]}): the instrument here is off"
+        f"{measured}; the verdict rests on the comparison with the placebo"
+    )
+
+
+def _batched_answer(evidence: Mapping[str, Any] | None, alpha: float) -> tuple[Any, str]:
+    """What the speculative samples re-scored *batched* say against the placebo
+    (`sampling_evidence.batched_vs_placebo`): ``(figures, words)``; figures None where there is
+    no such evidence."""
+    if not evidence or not evidence.get("tests"):
+        why = (evidence or {}).get("error") or "the target's batched rows were not asked"
+        return None, f"whether numeric drift explains it could not be checked: {why}"
+    tests = evidence["tests"]
+    rejected = [t["name"] for t in _rejected(tests, alpha)]
+    figures = {"rejected": rejected, "p_adjusted": {t["name"]: t["p_adjusted"] for t in tests}}
+    shown = ", ".join(f"{t['name'].split(':')[0]} p = {t['p_adjusted']:.2g}" for t in tests)
+    if rejected:
+        return figures, (
+            f"and re-scored batched, as draft verification evaluates them, they still differ "
+            f"from the placebo ({shown}): numeric drift does not explain it"
+        )
+    return figures, (
+        f"but re-scored batched, as draft verification evaluates them, they agree with the "
+        f"placebo (no test rejects at alpha {alpha:.2g}: {shown}): the difference between "
+        "single-token and batched evaluation, which a low temperature amplifies"
+    )
+
+
+def _power(analysis: Mapping[str, Any], ev: dict[str, Any]) -> tuple[float, int, int, str]:
+    """The power behind ``equivalent``: the comparison with the placebo (else the first-token
+    two-sample test) at Holm's first step, alpha / m. ``(power, n, df, what)``."""
+    test = _find(analysis["tests"], "pit:vs-placebo")
+    what = "comparison with the placebo (PIT)"
+    if test is None:
+        test = _find(analysis["tests"], "first-token:two-sample")
+        what = "first-token two-sample (no placebo)"
+    n = (test or {}).get("n", 0)
+    df = (test or {}).get("df") or 9
+    level = analysis["alpha"] / max(len(analysis["tests"]), 1)
+    ran = test is not None and n > 0 and test.get("df") is not None
+    power = chi2_power(n, df, alpha=level, w=0.1) if ran else 0.0  # a test without data: none
+    ev.update(power=power, power_alpha=level)
+    temperature = _find(analysis["tests"], "temperature:vs-placebo")
+    if temperature is not None:
+        ev["temperature_power"] = temperature["power"]
+    return power, n, df, what
+
+
+def classify_sampling(
+    analysis: Mapping[str, Any], *, differences: Sequence[str] = (), has_logits: bool = True
+) -> Verdict:
+    alpha = analysis["alpha"]
+    tests = analysis["tests"]
+    rejected = _rejected(tests, alpha)
+    placebo = analysis.get("placebo") or {}
+    instrument = limit(placebo, alpha)
+    ev: dict[str, Any] = {
+        "alpha": alpha,
+        "rejected": [t["name"] for t in rejected],
+        "same_seed_agreement": analysis["same_seed_agreement"],
+        "drift": analysis.get("drift"),
+        "placebo_rejected": [t["name"] for t in _rejected(placebo.get("tests") or [], alpha)],
+        "fidelity": placebo.get("fidelity"),
+        **({"limit": instrument} if instrument else {}),
+    }
+    note = f"; {instrument}" if instrument else ""
+    if differences:
+        return misconfiguration(differences, f"{len(rejected)} test(s) reject")
+    if "error" in placebo:
+        if rejected:
+            names = ", ".join(t["name"] for t in rejected)
+            return Verdict(
+                Label.INCONCLUSIVE,
+                f"the outputs differ ({names} reject at alpha {alpha:.2g}), but {placebo['error']}"
+                ": numeric drift and a sampler bug cannot be told apart",
+                ev,
+            )
+    elif instrument and has_logits:
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"{instrument}: in process those are the rows the engine reports, so no test against "
+            "them can be believed",
+            ev,
+        )
+    for name, what in STAGES.items():
+        test = _find(tests, name)
+        if test is not None and test["p_adjusted"] < alpha:
+            return Verdict(
+                Label.SAMPLER_BUG, f"the speculative sampler's {what} ({_shown(test, alpha)})", ev
+            )
+    for kind in VS_PLACEBO:
+        test = _find(tests, f"{kind}:vs-placebo")
+        if test is None or test["p_adjusted"] >= alpha:
+            continue
+        found = (
+            f"the speculative samples differ from the placebo's, both scored under "
+            f"{placebo.get('instrument', 'the same rows')} ({_shown(test, alpha)})"
+        )
+        if has_logits:
+            return Verdict(Label.SAMPLER_BUG, found + note, ev)
+        batched, why = _batched_answer(analysis.get("batched"), alpha)
+        ev["batched"] = batched
+        label = Label.INCONCLUSIVE if batched is None else Label.NUMERIC_DRIFT
+        if batched is not None and batched["rejected"]:
+            label = Label.SAMPLER_BUG
+        return Verdict(label, f"{found}; {why}{note}", ev)
+    drift = analysis.get("drift")
+    fidelity = placebo.get("fidelity")
+    floor = max(KL_NOT_TARGET, 10 * fidelity["kl_mean"]) if fidelity else KL_NOT_TARGET
+    if drift and drift["kl_mean"] > floor:
+        return Verdict(
+            Label.SAMPLER_BUG,
+            f"the logits the speculative sampler used are not the target's: mean KL "
+            f"{drift['kl_mean']:.3f} nats against the target's own re-scoring (re-scoring the "
+            f"placebo moves rows by {fidelity['kl_mean'] if fidelity else 0:.4f}; batching drift "
+            f"is typically < 0.01), top-1 agreement {drift['top1_agreement']:.2f}",
+            ev,
+        )
+    if rejected:
+        names = ", ".join(t["name"] for t in rejected)
+        return Verdict(
+            Label.NUMERIC_DRIFT,
+            f"both samplers agree with the placebo, but the output distributions differ "
+            f"({names} reject at alpha {alpha:.2g}): the logits differ between the paths{note}",
+            ev,
+        )
+    alone = _rejected(analysis.get("consistency") or [], alpha)
+    if alone and not ev["placebo_rejected"]:
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"the speculative samples alone reject the rows ({_shown(alone[0], alpha)}), but the "
+            "comparison with the placebo does not: add seeds to tell a sampler fault from the "
+            "instrument",
+            ev,
+        )
+    return _by_power(analysis, ev, note)
+
+
+def _by_power(analysis: Mapping[str, Any], ev: dict[str, Any], note: str) -> Verdict:
+    """``equivalent`` where nothing rejected and the test had the power; else ``inconclusive``
+    with how many tokens would give it."""
+    alpha = analysis["alpha"]
+    power, n, df, what = _power(analysis, ev)
+    level = ev["power_alpha"]
+    errors = analysis.get("rescore_errors") or []
+    if errors:
+        what += (
+            f"; re-scoring failed for {len(errors)} of {analysis['samples']} samples "
+            f"({errors[0]}), so the tests against the placebo did not run"
+        )
+    if power >= MIN_POWER:
+        return Verdict(
+            Label.EQUIVALENT,
+            f"no test rejects at alpha {alpha:.2g}; the {what} test over {n} tokens had power "
+            f"{power:.2f} for Cohen's w >= 0.1 at the Holm level {level:.2g}{note}",
+            ev,
+        )
+    need = n
+    while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=level, power=MIN_POWER) > 0.1:
+        need = max(2 * need, 16)
+    ev.update(tokens=n, tokens_needed=need)  # so a caller can say how many seeds would do
+    return Verdict(
+        Label.INCONCLUSIVE,
+        f"no test rejects, but the {what} test over {n} tokens has power only {power:.2f} for "
+        f"w >= 0.1 at the Holm level {level:.2g}; about {need} tokens would reach {MIN_POWER}: "
+        f"add seeds or max_tokens{note}",
+        ev,
+    )
