@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,11 +115,32 @@ def model_pair() -> Any:
     return resolve_pair()
 
 
+#: Other evaluation settings for the real-pair tests, to check that none depends on where this
+#: CPU's near-ties fall: ``EQUIV_TEST_EVAL="n_threads=1,n_ubatch=7"`` changes the reduction
+#: orders (and so which prompts diverge) without changing what the tests assert.
+EVAL_SETTINGS = ("n_threads", "n_batch", "n_ubatch")
+
+
+def _eval_settings() -> dict[str, int]:
+    given = os.environ.get("EQUIV_TEST_EVAL", "").strip()
+    settings = {}
+    for part in filter(None, (p.strip() for p in given.split(","))):
+        name, _, value = part.partition("=")
+        if name not in EVAL_SETTINGS or not value.isdigit():
+            raise pytest.UsageError(
+                f"EQUIV_TEST_EVAL={given!r}: give NAME=N pairs, NAME one of {EVAL_SETTINGS}"
+            )
+        settings[name] = int(value)
+    return settings
+
+
 @pytest.fixture(scope="session")
 def temp0_config(model_pair: Any) -> Any:
     from equiv.config import RunConfig
 
-    return RunConfig(target=model_pair.target, draft=model_pair.draft, max_tokens=24)
+    return RunConfig(
+        target=model_pair.target, draft=model_pair.draft, max_tokens=24, **_eval_settings()
+    )
 
 
 @pytest.fixture(scope="session")
@@ -172,4 +194,24 @@ def real_divergences(temp0_config: Any, tmp_path_factory: pytest.TempPathFactory
             wanted=2,
             round_size=1,
         )
-    return RealDivergences(path, scanned)
+    found = RealDivergences(path, scanned)
+    diverged = [
+        f"{r['key']} at token {r['comparison']['common_prefix']}"
+        for r in found.records
+        if not r["comparison"]["identical"]
+    ]
+    _SCANS.append(
+        f"real pair in process ({temp0_config.n_threads} threads, n_ubatch "
+        f"{temp0_config.n_ubatch}): {len(scanned)} prompts scanned, diverged: "
+        f"{', '.join(diverged) or 'none'}"
+    )
+    return found
+
+
+#: What the divergence scans found, said at the end of the session (where near-ties fell here).
+_SCANS: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for line in _SCANS:
+        terminalreporter.write_line(f"divergence scan: {line}")

@@ -48,8 +48,11 @@ def _records(rng, *, greedy=0.0, seeds=60, length=32, drift=0.25, instrument=0.0
         single = rng.standard_normal((length, 50)).astype(np.float32)
         single[:, 0] = single.max(axis=1) + rng.exponential(0.6, length)
         batched = (single + rng.normal(0, drift, single.shape)).astype(np.float32)
-        rescored = (single + rng.normal(0, instrument, single.shape)).astype(np.float32)
-        rescored_batched = (batched + rng.normal(0, instrument, single.shape)).astype(np.float32)
+        # each path's sample is re-scored by its own requests: its own instrument error
+        rescored, rescored_placebo, rescored_batched = (
+            (rows + rng.normal(0, instrument, single.shape)).astype(np.float32)
+            for rows in (single, single, batched)
+        )
         base_tokens = [_draw(rng, row, COOL) for row in single]
         spec_tokens = []
         for row in batched:
@@ -63,7 +66,7 @@ def _records(rng, *, greedy=0.0, seeds=60, length=32, drift=0.25, instrument=0.0
                 "baseline": {
                     "tokens": base_tokens,
                     **scored(single, base_tokens, "chain"),
-                    **scored(rescored, base_tokens, "target"),
+                    **scored(rescored_placebo, base_tokens, "target"),
                 },
                 "speculative": {
                     "tokens": spec_tokens,
@@ -83,7 +86,7 @@ def _verdict(records, *, batched=True):
 
 
 def test_drift_that_the_batched_rows_explain_is_numeric_drift():
-    analysis, verdict = _verdict(_records(np.random.default_rng(3)))
+    analysis, verdict = _verdict(_records(np.random.default_rng(3), seeds=150))
     rejected = [t["name"] for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
     assert any(name.endswith(":vs-placebo") for name in rejected), rejected  # single-token
     assert needs_batched_evidence(analysis)
@@ -93,7 +96,7 @@ def test_drift_that_the_batched_rows_explain_is_numeric_drift():
 
 
 def test_a_greedy_sampler_is_a_sampler_bug_against_batched_rows_too():
-    _, verdict = _verdict(_records(np.random.default_rng(4), greedy=0.3))
+    _, verdict = _verdict(_records(np.random.default_rng(4), greedy=0.3, seeds=150))
     assert verdict.label is Label.SAMPLER_BUG, verdict.reason
     assert "numeric drift does not explain it" in verdict.reason
     assert verdict.evidence["batched"]["rejected"]
@@ -103,7 +106,9 @@ def test_a_greedy_sampler_is_found_through_an_imperfect_instrument():
     """Re-scoring off by 0.05 logits (0.25 at temperature 0.2): the fault still separates from
     the placebo. (At 0.1 the batched follow-up loses it: what the instrument cannot see is
     stated with the fidelity of each run.)"""
-    _, verdict = _verdict(_records(np.random.default_rng(4), greedy=0.3, instrument=0.05))
+    _, verdict = _verdict(
+        _records(np.random.default_rng(4), greedy=0.3, instrument=0.05, seeds=150)
+    )
     assert verdict.label is Label.SAMPLER_BUG, verdict.reason
 
 

@@ -161,6 +161,14 @@ def analysis_view(
                     figures.append((f"{key} {k}".replace("_", " "), fmt(v)))
         else:
             figures.append((key.replace("_", " "), fmt(value)))
+    if "same_seed_agreement" in record.figures:
+        figures.append(
+            (
+                "same seed agreement, read as",
+                "no evidence either way: a server's plain and speculative paths need not share "
+                "a random stream per seed",
+            )
+        )
     if one_sample:
         figures.append(
             (

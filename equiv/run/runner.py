@@ -390,7 +390,9 @@ class Runner:
         # same instrument on samples whose rows are known), with the re-scoring's fidelity there.
         if rescorer(self.baseline) is not None:
             for gen, path in ((spec, "speculative"), (base, "baseline")):
-                if gen.tokens and not self._rescore_sample(record, tokens, gen, path):
+                if not gen.tokens:  # nothing to score: an empty sample keeps the placebo whole
+                    record[path].update(target_pit=[], target_sensitivity=[])
+                elif not self._rescore_sample(record, tokens, gen, path):
                     break
         self._rescore_cost(record)
         return record

@@ -1,6 +1,6 @@
 """The verdict and its evidence, for each prompt x mode and for the run.
 
-Rules (also in the README, each with the evidence it needs):
+Rules (also in docs/verdicts.md, each with the evidence it needs):
 
 Misconfiguration first: when the two paths' fingerprints differ in anything that can change
 output (target file or quant, context or batch sizes, threads, flash attention, KV type, chat

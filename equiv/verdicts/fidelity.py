@@ -31,8 +31,8 @@ class Fidelity:
 
     - ``tv_mean``, ``tv_max``: total variation between the two chain distributions (the share
       of draws a sampler would make differently);
-    - ``kl_mean``, ``kl_max``: KL(reported || re-scored) of the tempered rows over the
-      candidates both report, in nats;
+    - ``kl_mean``, ``kl_max``: KL(reported || re-scored) of the raw rows (temperature 1, as the
+      speculative path's drift is measured) over the candidates both report, in nats;
     - ``top_shift_mean``, ``top_shift_max``: |change| of the probability of the reported row's
       top token;
     - ``top_changed``: positions whose top token differs; ``rank_changed``: positions where the
@@ -89,15 +89,23 @@ class Fidelity:
         )
 
 
-def _tempered_kl(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], temp: float) -> float:
+def _rows_kl(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> float:
+    """KL of the softmaxes of two rows over the candidates both hold (finite in both)."""
     both = np.isfinite(a) & np.isfinite(b)
     if both.sum() < 2:
         return 0.0
-    x = a[both].astype(np.float64) / temp
-    y = b[both].astype(np.float64) / temp
+    x = a[both].astype(np.float64)
+    y = b[both].astype(np.float64)
     lp = x - x.max() - math.log(np.exp(x - x.max()).sum())
     lq = y - y.max() - math.log(np.exp(y - y.max()).sum())
     return max(float(np.dot(np.exp(lp), lp - lq)), 0.0)
+
+
+def _widen(row: npt.NDArray[np.float32], width: int) -> npt.NDArray[np.float32]:
+    """A top-K row (``-inf`` beyond its last candidate) padded to ``width`` with ``-inf``."""
+    if row.shape[0] >= width:
+        return row
+    return np.concatenate([row, np.full(width - row.shape[0], -np.inf, dtype=row.dtype)])
 
 
 def _rank(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> int:
@@ -116,13 +124,12 @@ def rescore_fidelity(
     sampling: SamplingConfig,
 ) -> Fidelity:
     """`Fidelity` of ``rescored`` rows against the ``reported`` ones at the positions of
-    ``tokens`` (rows may be top-K, ``-inf`` elsewhere; the narrower width is used)."""
-    width = min(reported.shape[1], rescored.shape[1])
+    ``tokens`` (rows may be top-K, ``-inf`` elsewhere; the narrower is padded with ``-inf``)."""
+    width = max(reported.shape[1], rescored.shape[1])
     tv, kl, shift = [], [], []
     top_changed = rank_changed = 0
-    temp = sampling.temp if sampling.temp > 0 else 1.0
     for i, token in enumerate(tokens):
-        a, b = reported[i, :width], rescored[i, :width]
+        a, b = _widen(reported[i], width), _widen(rescored[i], width)
         ids_a, pa = chain_distribution(a, tokens[:i], sampling)
         ids_b, pb = chain_distribution(b, tokens[:i], sampling)
         ids = np.union1d(ids_a, ids_b)
@@ -130,7 +137,7 @@ def rescore_fidelity(
         fa[np.searchsorted(ids, ids_a)] = pa
         fb[np.searchsorted(ids, ids_b)] = pb
         tv.append(0.5 * float(np.abs(fa - fb).sum()))
-        kl.append(_tempered_kl(a, b, temp))
+        kl.append(_rows_kl(a, b))
         top = int(np.argmax(fa))
         shift.append(abs(float(fa[top] - fb[top])))
         top_changed += int(np.argmax(fb)) != top

@@ -2,50 +2,187 @@
 instrument.
 
 A one-sample test of the speculative samples against re-scored rows measures the sampler *and*
-the instrument: re-scored rows are not exactly the rows a server sampled from, and at a low
-temperature that error is as large as the effects that matter. The *placebo* is the baseline's own
-samples through the very same pipeline (the same rows, re-scored the same way). Each test here
-compares the speculative path's per-token residuals with the placebo's: an error the instrument
-makes on both cancels, and what remains is what separates the speculative sampler from plain
-decoding. Under H0 (the speculative path samples as the baseline does, up to the instrument's
-common error) each statistic is N(0, 1) by the martingale central limit theorem: every residual
-has mean zero given the tokens before it, whatever the rows.
+the instrument: re-scored rows are not exactly the rows a server sampled from (another batch,
+another cache state), and at a low temperature that error is as large as the effects that matter.
+The *placebo* is the baseline's own samples through the very same pipeline (the same rows,
+re-scored the same way). Each test here compares a per-token residual of the speculative samples
+with the placebo's, so that an error the instrument makes on both shifts both alike and cancels.
 
-- `pit_vs_placebo`: the randomized PITs' histograms, chi-square test of homogeneity (shape);
-- `top_token_vs_placebo`: the excess rate of top tokens, emitted minus implied (a greedy-ish bias);
-- `temperature_vs_placebo`: the sensitivity-weighted normal scores of the PIT, an estimate of
-  ``λ - 1`` for the tempered family ``p**λ`` (`equiv.verdicts.stats.temperature_test`).
+The instrument's error is not independent from token to token: one request, one batch, one
+cache state serve a whole sample, so residuals cluster by sample (seed). Every estimate is
+therefore a ratio of per-sample sums with a cluster-robust (sandwich) variance over the samples,
+``Σ_c (R_c - θ n_c)² / (Σ n)² · m / (m - 1)`` for m samples, and the two paths (independent
+samples) add their variances. Under H0 (the speculative path samples as plain decoding does, up
+to the instrument's common error) each statistic is approximately N(0, 1); p-values use
+Student's t with ``min(m) - 1`` degrees of freedom (a Wald chi-square for the PIT histogram).
+
+- `pit_vs_placebo`: the randomized PITs' histograms (shape);
+- `top_token_vs_placebo`: the excess rate of top tokens, emitted minus implied (greedy-ish bias);
+- `temperature_vs_placebo`: ``λ - 1`` of the tempered family ``p**λ`` from the sensitivity-weighted
+  normal scores of the PIT (`equiv.verdicts.stats.temperature_test`).
+
+Each takes per-token arrays and ``samples``, the index of the sample each token belongs to.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
-from equiv.verdicts.stats import TestResult, _check_alpha, _not_enough, chi2_two_sample
+from equiv.verdicts.stats import TestResult, _check_alpha, _not_enough, chi2_power
 
-__all__ = ["pit_vs_placebo", "temperature_vs_placebo", "top_token_vs_placebo"]
+__all__ = [
+    "PathTokens",
+    "cluster_ratio",
+    "pit_vs_placebo",
+    "temperature_vs_placebo",
+    "top_token_vs_placebo",
+]
 
 FloatArray = npt.NDArray[np.float64]
+PathTokens = tuple[npt.ArrayLike, npt.ArrayLike]  # (per-token values, sample index per token)
 
 
-def _two_sided(z: float) -> float:
-    return float(2.0 * sps.norm.sf(abs(z)))
+def cluster_ratio(
+    numerator: npt.ArrayLike, denominator: npt.ArrayLike, samples: npt.ArrayLike
+) -> tuple[float, float, int]:
+    """``(θ, var θ, m)`` of ``θ = Σ num / Σ den`` with the samples as clusters: the sandwich
+    variance ``Σ_c (N_c - θ D_c)² / (Σ D)² · m / (m - 1)`` (inf with fewer than 2 samples)."""
+    num = np.asarray(numerator, dtype=np.float64).reshape(-1)
+    den = np.asarray(denominator, dtype=np.float64).reshape(-1)
+    ids = np.asarray(samples).reshape(-1)
+    if not num.shape == den.shape == ids.shape:
+        raise ValueError(f"shapes differ: {num.shape}, {den.shape}, {ids.shape}")
+    _, index = np.unique(ids, return_inverse=True)
+    m = int(index.max()) + 1 if index.size else 0
+    big_n, big_d = np.bincount(index, num, m), np.bincount(index, den, m)
+    total = float(big_d.sum())
+    if m < 2 or total <= 0:
+        return 0.0, math.inf, m
+    theta = float(big_n.sum()) / total
+    var = float(np.sum((big_n - theta * big_d) ** 2)) / total**2 * m / (m - 1)
+    return theta, var, m
 
 
-def _power(shift: float, alpha: float) -> float:
-    """Power of a two-sided z-test at ``alpha`` when the statistic's mean is ``shift``."""
-    z_crit = float(sps.norm.isf(alpha / 2))
-    return float(sps.norm.sf(z_crit - shift) + sps.norm.cdf(-z_crit - shift))
+def _t_test(diff: float, var: float, df: int, alpha: float, shift: float) -> tuple[float, float]:
+    """``(p-value, power)`` of a two-sided t-test of ``diff / sqrt(var)`` with ``df`` degrees
+    of freedom; power against a true difference of ``shift``."""
+    se = math.sqrt(var)
+    t = diff / se if se > 0 else 0.0
+    crit = float(sps.t.isf(alpha / 2, df))
+    lam = shift / se if se > 0 else 0.0
+    power = float(sps.nct.sf(crit, df, lam) + sps.nct.cdf(-crit, df, lam))
+    return float(2 * sps.t.sf(abs(t), df)), power
+
+
+def top_token_vs_placebo(
+    speculative: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike],
+    placebo: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike],
+    *,
+    alpha: float,
+    shift: float = 0.05,
+) -> TestResult:
+    """The speculative path's excess rate of top tokens against the placebo's.
+
+    Each path gives ``(is_top, p_top, samples)`` per token; its excess ``e = Σ (is_top - p_top) /
+    n`` (top tokens emitted minus implied by the rows it is scored under, per token), with the
+    samples as clusters. The statistic is ``(e_spec - e_placebo) / se``; ``effect`` their
+    difference; ``power`` is for every speculative ``p_top`` raised by ``shift`` (capped at 1).
+    """
+    _check_alpha(alpha)
+    name = "top_token_vs_placebo"
+    parts = []
+    for top, p, ids in (speculative, placebo):
+        t = np.asarray(top, dtype=np.float64).reshape(-1)
+        q = np.asarray(p, dtype=np.float64).reshape(-1)
+        if t.shape != q.shape:
+            raise ValueError(f"is_top {t.shape} and p_top {q.shape} differ in shape")
+        parts.append((t, q, cluster_ratio(t - q, np.ones_like(q), ids)))
+    (ts, ps, (es, vs, ms)), (tb, pb, (eb, vb, mb)) = parts
+    n = int(ps.size + pb.size)
+    binomial = min(float(np.sum(ps * (1 - ps))), float(np.sum(pb * (1 - pb))))
+    if binomial < 1.0 or min(ms, mb) < 2:
+        why = f"top-token variance {binomial:.2f} < 1 or fewer than 2 samples on a path"
+        return _not_enough(name, alpha, n, why)
+    lift = float(np.minimum(shift, 1.0 - ps).sum()) / ps.size
+    p_value, power = _t_test(es - eb, vs + vb, min(ms, mb) - 1, alpha, lift)
+    se = math.sqrt(vs + vb)
+    detail = (
+        f"top token in excess of the rows: speculative {es:+.4f} per token ({ts.sum():.0f} of "
+        f"{ps.size}, rows imply {ps.sum():.1f}), placebo {eb:+.4f} ({tb.sum():.0f} of {pb.size}, "
+        f"rows imply {pb.sum():.1f}); difference {es - eb:+.4f} +- {se:.4f} over {ms} and {mb} "
+        f"samples; power {power:.3f} for a shift of {shift:g} in the top token's probability"
+    )
+    stat = (es - eb) / se if se > 0 else 0.0
+    return TestResult(name, stat, p_value, alpha, n, None, power, es - eb, detail)
+
+
+def temperature_vs_placebo(
+    speculative: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike],
+    placebo: tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike],
+    *,
+    alpha: float,
+    rel_error: float = 0.1,
+) -> TestResult:
+    """Is the speculative path colder or hotter than the placebo, under the same rows?
+
+    Each path gives ``(u, k, samples)`` per token (randomized PIT, sensitivity of
+    `equiv.verdicts.sampling_evidence.chain_sensitivity`); its ``λ - 1 = Σ k Z / Σ k²`` (``Z``
+    the PIT's normal scores), with the samples as clusters. Positive statistic: the speculative
+    samples are colder than the placebo's. ``power`` is against a speculative temperature off
+    by ``rel_error``. Below ``Σ k² = 1`` on a path there is no test.
+    """
+    _check_alpha(alpha)
+    name = "temperature_vs_placebo"
+    estimates = []
+    for u, k, ids in (speculative, placebo):
+        x = np.asarray(u, dtype=np.float64).reshape(-1)
+        w = np.minimum(np.asarray(k, dtype=np.float64).reshape(-1), 0.0)
+        if x.shape != w.shape:
+            raise ValueError(f"u {x.shape} and sensitivity {w.shape} differ in shape")
+        if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
+            raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
+        z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
+        # λ - 1 = Σ k Z / Σ k² with k <= 0 (colder: positive), as temperature_test reads it
+        estimates.append((*cluster_ratio(w * z, w * w, ids), float(np.dot(w, w))))
+    (ls, vs, ms, info_s), (lb, vb, mb, info_b) = estimates
+    n = int(np.asarray(speculative[0]).size + np.asarray(placebo[0]).size)
+    if min(info_s, info_b) < 1.0 or min(ms, mb) < 2:
+        why = f"sensitivity Σk² {min(info_s, info_b):.2f} < 1 or fewer than 2 samples on a path"
+        return _not_enough(name, alpha, n, why)
+    p_value, power = _t_test(ls - lb, vs + vb, min(ms, mb) - 1, alpha, rel_error)
+    se = math.sqrt(vs + vb)
+    detail = (
+        f"λ - 1 under the same rows: speculative {ls:+.3f}, placebo {lb:+.3f} (Σk² {info_s:.0f} "
+        f"and {info_b:.0f}); the speculative samples look {'colder' if ls > lb else 'hotter'} by "
+        f"{ls - lb:+.3f} +- {se:.3f} over {ms} and {mb} samples; power {power:.3f} for a "
+        f"temperature off by {rel_error:.0%}"
+    )
+    stat = (ls - lb) / se if se > 0 else 0.0
+    return TestResult(name, stat, p_value, alpha, n, None, power, ls - lb, detail)
+
+
+def _bin_shares(u: FloatArray, ids: npt.ArrayLike, bins: int) -> tuple[FloatArray, FloatArray, int]:
+    """The PIT's share in each bin and its cluster-robust covariance: ``(π, V, m)``."""
+    counts = np.eye(bins)[np.minimum((u * bins).astype(np.int64), bins - 1)]
+    _, index = np.unique(np.asarray(ids).reshape(-1), return_inverse=True)
+    m = int(index.max()) + 1 if index.size else 0
+    per = np.zeros((m, bins))
+    np.add.at(per, index, counts)
+    sizes = per.sum(axis=1)
+    total = float(sizes.sum())
+    pi = per.sum(axis=0) / total
+    resid = per - np.outer(sizes, pi)
+    cov = resid.T @ resid / total**2 * m / max(m - 1, 1)
+    return pi, cov, m
 
 
 def pit_vs_placebo(
-    u_speculative: npt.ArrayLike,
-    u_placebo: npt.ArrayLike,
+    speculative: PathTokens,
+    placebo: PathTokens,
     *,
     alpha: float,
     bins: int = 10,
@@ -53,126 +190,48 @@ def pit_vs_placebo(
 ) -> TestResult:
     """Do the two paths' randomized PITs (under the same instrument) share one distribution?
 
-    Both are counted in ``bins`` equal-width bins and compared with `chi2_two_sample` (a 2 x
-    bins table); ``power`` is that test's, for Cohen's ``w = effect_w``.
-    """
-    xs = np.asarray(u_speculative, dtype=np.float64).reshape(-1)
-    xb = np.asarray(u_placebo, dtype=np.float64).reshape(-1)
-
-    def binned(u: FloatArray) -> Counter[int]:
-        return Counter(np.minimum((u * bins).astype(np.int64), bins - 1).tolist())
-
-    result = chi2_two_sample(binned(xs), binned(xb), alpha=alpha, effect_w=effect_w)
-    return TestResult(
-        "pit_vs_placebo",
-        result.statistic,
-        result.p_value,
-        alpha,
-        result.n,
-        result.df,
-        result.power,
-        result.effect,
-        f"PIT of {xs.size} speculative and {xb.size} placebo tokens in {bins} bins; "
-        + result.detail,
-    )
-
-
-def top_token_vs_placebo(
-    is_top: npt.ArrayLike,
-    p_top: npt.ArrayLike,
-    placebo_is_top: npt.ArrayLike,
-    placebo_p_top: npt.ArrayLike,
-    *,
-    alpha: float,
-    shift: float = 0.05,
-) -> TestResult:
-    """The speculative path's excess rate of top tokens against the placebo's.
-
-    Each path's excess ``e = (X - Σ p) / n`` (top tokens emitted minus implied by the rows it is
-    scored under, per token) has variance ``Σ p (1 - p) / n²`` given the rows; the statistic is
-    ``z = (e_spec - e_placebo) / sqrt(V_spec + V_placebo)``. ``effect`` is ``e_spec - e_placebo``;
-    ``power`` is for every speculative ``p_top`` raised by ``shift``.
+    Each path's PIT is counted in ``bins`` equal-width bins (fewer where a path has under 5
+    tokens a bin, or there are few samples); the shares' difference is tested by a Wald
+    statistic with each path's cluster-robust covariance (samples as clusters), scaled as
+    Hotelling's T² to ``F(bins - 1, ν - bins + 2)``, ``ν = m_s + m_b - 2``. ``effect``
+    is the observed Cohen's ``w`` between the paths' histograms; ``power`` is `chi2_power` at
+    ``w = effect_w`` for ``n_s n_b / (n_s + n_b)`` tokens divided by the design effect of the
+    clustering (the sandwich variance over the multinomial one).
     """
     _check_alpha(alpha)
-    parts = []
-    for top, p in ((is_top, p_top), (placebo_is_top, placebo_p_top)):
-        t = np.asarray(top, dtype=np.float64).reshape(-1)
-        q = np.asarray(p, dtype=np.float64).reshape(-1)
-        if t.shape != q.shape:
-            raise ValueError(f"is_top {t.shape} and p_top {q.shape} differ in shape")
-        parts.append((t, q))
-    (ts, ps), (tb, pb) = parts
-    n = int(ps.size + pb.size)
-    name = "top_token_vs_placebo"
-    vs, vb = float(np.sum(ps * (1 - ps))), float(np.sum(pb * (1 - pb)))
-    if vs < 1.0 or vb < 1.0:
-        why = f"variance {min(vs, vb):.2f} < 1 on a path: the top token is near-certain"
-        return _not_enough(name, alpha, n, why)
-    es = (float(ts.sum()) - float(ps.sum())) / ps.size
-    eb = (float(tb.sum()) - float(pb.sum())) / pb.size
-    se = math.sqrt(vs / ps.size**2 + vb / pb.size**2)
-    z = (es - eb) / se
-    lift = float(np.minimum(shift, 1.0 - ps).sum()) / ps.size
-    power = _power(lift / se, alpha)
+    name = "pit_vs_placebo"
+    us = np.asarray(speculative[0], dtype=np.float64).reshape(-1)
+    ub = np.asarray(placebo[0], dtype=np.float64).reshape(-1)
+    n = int(us.size + ub.size)
+    bins = max(2, min(bins, min(us.size, ub.size) // 5))
+    if min(us.size, ub.size) < 10:
+        return _not_enough(name, alpha, n, f"{us.size} and {ub.size} PIT values; need 10 each")
+    samples = (np.unique(np.asarray(c)).size for c in (speculative[1], placebo[1]))
+    nu = sum(samples) - 2  # the degrees of freedom of the two samples' covariance
+    bins = min(bins, nu)  # at most nu - 1 shares to compare
+    if bins < 2:
+        return _not_enough(name, alpha, n, "too few samples for a covariance across them")
+    pis, covs, ms = _bin_shares(us, speculative[1], bins)
+    pib, covb, mb = _bin_shares(ub, placebo[1], bins)
+    diff = (pis - pib)[:-1]
+    cov = (covs + covb)[:-1, :-1]
+    wald = float(diff @ np.linalg.pinv(cov) @ diff)
+    df = bins - 1
+    # Hotelling's scaling of a Wald statistic whose covariance is estimated from nu degrees of
+    # freedom: F(df, nu - df + 1) (the chi-square limit over-rejects with tens of samples).
+    stat = wald * (nu - df + 1) / (df * nu)
+    p_value = float(sps.f.sf(stat, df, nu - df + 1))
+    pooled = (pis * us.size + pib * ub.size) / n
+    multinomial = np.diag(pooled)[:-1, :-1] * (1 / us.size + 1 / ub.size)
+    deff = max(1.0, float(np.trace(cov) / np.trace(multinomial)))
+    n_eff = int(us.size * ub.size / n / deff)
+    power = chi2_power(n_eff, df, alpha=alpha, w=effect_w)
+    w = float(np.sqrt(np.sum((pis - pib) ** 2 / np.maximum(pooled, 1e-12)) / 4))
     detail = (
-        f"top token in excess of the rows: speculative {es:+.4f} per token ({ts.sum():.0f} of "
-        f"{ps.size}, rows imply {ps.sum():.1f}), placebo {eb:+.4f} ({tb.sum():.0f} of {pb.size}, "
-        f"rows imply {pb.sum():.1f}); difference {es - eb:+.4f} +- {se:.4f}; power {power:.3f} "
-        f"for a shift of {shift:g} in the top token's probability"
+        f"PIT of {us.size} speculative and {ub.size} placebo tokens ({ms} and {mb} samples) in "
+        f"{bins} bins: speculative {np.round(pis * us.size).astype(int).tolist()}, placebo "
+        f"{np.round(pib * ub.size).astype(int).tolist()}; Wald test with the samples as "
+        f"clusters, F({df}, {nu - df + 1}) (design effect {deff:.2f}); asymptotic power "
+        f"{power:.3f} for Cohen's w={effect_w:g} between the paths ({n_eff} effective tokens)"
     )
-    return TestResult(name, z, _two_sided(z), alpha, n, None, power, es - eb, detail)
-
-
-def _lambda_estimate(u: FloatArray, k: FloatArray) -> tuple[float, float, int]:
-    """``(λ - 1 estimate, its variance, tokens that weigh)`` of one path: ``-Σ k Z / Σ k²`` with
-    variance ``1 / Σ k²`` (each Z is N(0, 1) given the past under H0)."""
-    weight = -np.minimum(k, 0.0)
-    info = float(np.dot(weight, weight))
-    if info <= 0.0:
-        return 0.0, math.inf, 0
-    z = sps.norm.ppf(np.clip(u, 1e-16, 1.0 - 1e-16))
-    return -float(np.dot(weight, z)) / info, 1.0 / info, int(np.count_nonzero(weight))
-
-
-def temperature_vs_placebo(
-    u: npt.ArrayLike,
-    sensitivity: npt.ArrayLike,
-    placebo_u: npt.ArrayLike,
-    placebo_sensitivity: npt.ArrayLike,
-    *,
-    alpha: float,
-    rel_error: float = 0.1,
-) -> TestResult:
-    """Is the speculative path colder or hotter than the placebo, under the same rows?
-
-    Each path's ``λ - 1`` is estimated as ``-Σ k Z / Σ k²`` (variance ``1 / Σ k²``; ``k`` the
-    sensitivities of `equiv.verdicts.sampling_evidence.chain_sensitivity`, ``Z`` the normal
-    scores of the randomized PITs); the statistic is their difference over its standard error.
-    Positive: the speculative samples are colder than the placebo's. ``power`` is against a
-    speculative temperature off by ``rel_error``. Below ``Σ k² = 1`` on a path there is no test.
-    """
-    _check_alpha(alpha)
-    arrays = [
-        np.asarray(a, dtype=np.float64).reshape(-1)
-        for a in (u, sensitivity, placebo_u, placebo_sensitivity)
-    ]
-    for x, k in (arrays[:2], arrays[2:]):
-        if x.shape != k.shape:
-            raise ValueError(f"u {x.shape} and sensitivity {k.shape} differ in shape")
-        if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
-            raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
-    ls, vs, ns = _lambda_estimate(arrays[0], arrays[1])
-    lb, vb, nb = _lambda_estimate(arrays[2], arrays[3])
-    name = "temperature_vs_placebo"
-    if vs > 1.0 or vb > 1.0:
-        why = f"sensitivity Σk² < 1 on a path ({ns} and {nb} tokens weigh): near-certain tokens"
-        return _not_enough(name, alpha, ns + nb, why)
-    se = math.sqrt(vs + vb)
-    z = (ls - lb) / se
-    power = _power(rel_error / se, alpha)
-    detail = (
-        f"λ - 1 under the same rows: speculative {ls:+.3f} ({ns} tokens weigh), placebo "
-        f"{lb:+.3f} ({nb}); the speculative samples look {'colder' if z > 0 else 'hotter'} by "
-        f"{ls - lb:+.3f} +- {se:.3f}; power {power:.3f} for a temperature off by {rel_error:.0%}"
-    )
-    return TestResult(name, z, _two_sided(z), alpha, ns + nb, None, power, ls - lb, detail)
+    return TestResult(name, stat, p_value, alpha, n_eff, df, power, w, detail)

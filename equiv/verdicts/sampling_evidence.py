@@ -326,8 +326,11 @@ def analyze_prompt(
         )
     )
     lengths = {p: [len(r[p]["tokens"]) for r in records] for p in ("baseline", "speculative")}
-    if len(keys) == 2:
-        scored = {p: [_loglik(r, p, keys[p]) for r in records] for p in keys}
+    # Both paths' samples under one scorer: the target's single-token re-scoring where both
+    # have it (in process too: the speculative path's own rows are batched), else the pipeline.
+    scorer = pipeline(records, has_logits=False) if len(pipeline(records, False)) == 2 else keys
+    if len(scorer) == 2:
+        scored = {p: [_loglik(r, p, scorer[p]) for r in records] for p in scorer}
         logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
         tests.append(
             _renamed(
@@ -365,7 +368,7 @@ def analyze_prompt(
         "alpha": alpha,
         "pipeline": keys,
         "tests": _adjusted(tests),
-        "placebo": _placebo(records, keys, one_sample.get("baseline"), has_logits),
+        "placebo": _placebo(records, keys, one_sample.get("baseline"), has_logits, alpha),
         "consistency": one_sample.get("speculative", []),
         "same_seed_agreement": same / len(records),
         "drift": _drift_summary(records),
@@ -390,18 +393,22 @@ def _placebo(
     keys: Mapping[str, str],
     tests: list[dict[str, Any]] | None,
     has_logits: bool,
+    alpha: float,
 ) -> dict[str, Any]:
     """The placebo's own record: the baseline's one-sample tests through the speculative
-    samples' pipeline, and the re-scoring's fidelity; ``error`` where it could not be formed."""
+    samples' pipeline, the re-scoring's fidelity, and over HTTP the baseline against the rows
+    the server reported while sampling (``own_rows``: the premise that it samples from them);
+    ``error`` where it could not be formed."""
     fidelity = Fidelity.pooled(
         Fidelity.from_dict(r["rescore_fidelity"]) for r in records if r.get("rescore_fidelity")
     )
     out: dict[str, Any] = {"fidelity": None if fidelity is None else fidelity.to_dict()}
     if tests is None or "speculative" not in keys:
-        missing = "the baseline's" if "speculative" in keys else "the speculative"
+        missing = [p for p in ("baseline", "speculative") if p not in keys]
         out["error"] = (
-            f"{missing} samples were not scored by the same instrument (re-scoring not offered "
-            "or failed), so the speculative samples cannot be compared with a placebo"
+            f"the {' and the '.join(missing)} samples were not scored by the instrument "
+            "(re-scoring not offered, or it failed), so the speculative samples cannot be "
+            "compared with a placebo"
         )
         return out
     out["tests"] = tests
@@ -410,7 +417,27 @@ def _placebo(
         if has_logits
         else "the target's single-token rows re-scored on the baseline server"
     )
+    if not has_logits and all("chain_pit" in r["baseline"] for r in records):
+        u = _pit_values(records, "baseline", _pit_seed(records) + 5)
+        effect_w = 0.1
+        out["own_rows"] = _adjusted(
+            _consistency(records, "baseline", "chain_pit", alpha, effect_w, u, "baseline")
+        )
     return out
+
+
+def _tokens(
+    records: Sequence[Mapping[str, Any]], path: str, key: str
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64] | None]:
+    """One path's PIT entries under ``key`` as an (n, 3) array, the sample (record) each token
+    belongs to, and the sensitivities beside them (None where a record lacks them)."""
+    sens_key = key.replace("_pit", "_sensitivity")
+    pits = [t for r in records for t in r[path].get(key, [])]
+    ids = np.asarray([i for i, r in enumerate(records) for _ in r[path].get(key, [])], np.intp)
+    sens = None
+    if all(sens_key in r[path] for r in records):
+        sens = np.asarray([k for r in records for k in r[path][sens_key]], dtype=np.float64)
+    return np.asarray(pits, dtype=np.float64).reshape(-1, 3), ids, sens
 
 
 def _vs_placebo(
@@ -422,43 +449,45 @@ def _vs_placebo(
     suffix: str,
 ) -> list[TestResult]:
     """The speculative samples under ``spec_key`` against the placebo (the baseline's samples
-    under ``base_key``): PIT histograms, top-token excess, temperature; named
-    ``<test>:vs-placebo`` (with ``suffix``)."""
+    under ``base_key``), each sample a cluster: PIT histograms (positions the chain leaves one
+    token out), top-token excess, temperature; named ``<test>:vs-placebo`` (with ``suffix``).
+    Each path and test draws its own randomization of the PIT."""
     seed = _pit_seed(records) + 7
-    u_spec = _pit_values(records, "speculative", seed, key=spec_key)
-    u_base = _pit_values(records, "baseline", seed + 1, key=base_key)
-    name = f"vs-placebo{suffix}"
-    out = [_renamed(pit_vs_placebo(u_spec, u_base, alpha=alpha, effect_w=effect_w), f"pit:{name}")]
-    top = {
-        path: np.asarray([t for r in records for t in r[path].get(key, [])], dtype=float).reshape(
-            -1, 3
-        )
-        for path, key in (("speculative", spec_key), ("baseline", base_key))
+    data = {
+        "speculative": _tokens(records, "speculative", spec_key),
+        "baseline": _tokens(records, "baseline", base_key),
     }
+    rngs = {path: np.random.default_rng(seed + i) for i, path in enumerate(data)}
+    u = {
+        path: randomized_pit(pits[:, 0], pits[:, 1], rngs[path])
+        for path, (pits, _, _) in data.items()
+    }
+    name = f"vs-placebo{suffix}"
+
+    def live(path: str) -> tuple[Any, Any]:
+        keep = data[path][0][:, 2] < DEGENERATE
+        return u[path][keep], data[path][1][keep]
+
+    out = [
+        _renamed(
+            pit_vs_placebo(live("speculative"), live("baseline"), alpha=alpha, effect_w=effect_w),
+            f"pit:{name}",
+        )
+    ]
+    top = {path: (p[:, 0] == 0.0, p[:, 2], ids) for path, (p, ids, _) in data.items()}
     out.append(
         _renamed(
-            top_token_vs_placebo(
-                top["speculative"][:, 0] == 0.0,
-                top["speculative"][:, 2],
-                top["baseline"][:, 0] == 0.0,
-                top["baseline"][:, 2],
-                alpha=alpha,
-            ),
+            top_token_vs_placebo(top["speculative"], top["baseline"], alpha=alpha),
             f"top-token:{name}",
         )
     )
-    sens = {
-        path: key.replace("_pit", "_sensitivity")
-        for path, key in (("speculative", spec_key), ("baseline", base_key))
+    weighed = {
+        path: (u[path], sens, ids) for path, (_, ids, sens) in data.items() if sens is not None
     }
-    if all(sens[p] in r[p] for r in records for p in sens):
-        paired = {
-            path: _pit_and_sensitivity(records, path, key, sens[path], seed + 2 + i)
-            for i, (path, key) in enumerate((("speculative", spec_key), ("baseline", base_key)))
-        }
+    if len(weighed) == 2:
         out.append(
             _renamed(
-                temperature_vs_placebo(*paired["speculative"], *paired["baseline"], alpha=alpha),
+                temperature_vs_placebo(weighed["speculative"], weighed["baseline"], alpha=alpha),
                 f"temperature:{name}",
             )
         )
@@ -514,7 +543,7 @@ def _consistency(
     tests.append(_renamed(_top_token(records, path, alpha, key), f"top-token:{label}"))
     sens_key = key.replace("_pit", "_sensitivity")
     if all(key in r[path] and sens_key in r[path] for r in records):
-        seed = _pit_seed(records) + 1
+        seed = _pit_seed(records) + 3 + (path == "speculative")  # each path its own draws
         tests.append(
             _renamed(
                 _temperature(records, path, (key, sens_key), alpha, seed), f"temperature:{label}"

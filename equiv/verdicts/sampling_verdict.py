@@ -7,17 +7,19 @@ never decides ``sampler-bug`` by itself. Tests are Holm-adjusted within the prom
 prompt's share alpha/P of the run's level. In order:
 
 - ``misconfiguration`` when the two paths' fingerprints differ;
-- ``inconclusive`` when no placebo could be formed (re-scoring not offered or failed) and the
-  outputs differ: drift and a sampler bug cannot be told apart without it;
+- ``inconclusive`` when no placebo could be formed (re-scoring not offered or failed): without
+  it neither a sampler bug nor equivalence can be shown;
 - ``inconclusive`` when the placebo rejects its own rows in process (the rows an engine reports
   are not the rows it sampled from, so no test against them means anything);
 - ``sampler-bug`` when a rejection sampler's stage rejects (engines that report their
-  judgements, read against their own rows, which the placebo has just validated);
+  judgements, in process: each stage is read against the rows that very engine reports it used,
+  not through re-scoring, so no instrument stands between);
 - ``sampler-bug`` when a test of the speculative samples against the placebo rejects (PIT
   histograms, top-token excess, temperature), in process; over HTTP only if it rejects again
   with the speculative samples re-scored *batched*, as verification evaluates
   (`sampling_evidence.batched_vs_placebo`): ``numeric-drift`` if they then agree with the
-  placebo, ``inconclusive`` if that could not be asked;
+  placebo and the same kind of test had the power to see it, ``inconclusive`` if not or if that
+  could not be asked;
 - ``sampler-bug`` when the logits the speculative sampler used are not the target's (mean KL to
   the target's re-scoring above `KL_NOT_TARGET` and 10 times what re-scoring the placebo moves);
 - ``numeric-drift`` when only the two-sample tests of the outputs reject;
@@ -32,6 +34,7 @@ Where the placebo itself rejects its rows, the reason says what the instrument c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -112,37 +115,59 @@ def limit(placebo: Mapping[str, Any], alpha: float) -> str | None:
     )
 
 
-def _batched_answer(evidence: Mapping[str, Any] | None, alpha: float) -> tuple[Any, str]:
+def _batched_answer(
+    evidence: Mapping[str, Any] | None, kind: str, alpha: float
+) -> tuple[Any, str, Label]:
     """What the speculative samples re-scored *batched* say against the placebo
-    (`sampling_evidence.batched_vs_placebo`): ``(figures, words)``; figures None where there is
-    no such evidence."""
+    (`sampling_evidence.batched_vs_placebo`), after ``kind`` rejected under single-token rows:
+    ``(figures, words, label)``. ``sampler-bug`` if a batched test rejects; ``numeric-drift`` if
+    none does and the batched test of the same kind had the power to; else ``inconclusive``."""
     if not evidence or not evidence.get("tests"):
         why = (evidence or {}).get("error") or "the target's batched rows were not asked"
-        return None, f"whether numeric drift explains it could not be checked: {why}"
+        words = f"whether numeric drift explains it could not be checked: {why}"
+        return None, words, Label.INCONCLUSIVE
     tests = evidence["tests"]
     rejected = [t["name"] for t in _rejected(tests, alpha)]
     figures = {"rejected": rejected, "p_adjusted": {t["name"]: t["p_adjusted"] for t in tests}}
     shown = ", ".join(f"{t['name'].split(':')[0]} p = {t['p_adjusted']:.2g}" for t in tests)
     if rejected:
-        return figures, (
-            f"and re-scored batched, as draft verification evaluates them, they still differ "
-            f"from the placebo ({shown}): numeric drift does not explain it"
+        return (
+            figures,
+            (
+                f"and re-scored batched, as draft verification evaluates them, they still differ "
+                f"from the placebo ({shown}): numeric drift does not explain it"
+            ),
+            Label.SAMPLER_BUG,
         )
-    return figures, (
-        f"but re-scored batched, as draft verification evaluates them, they agree with the "
-        f"placebo (no test rejects at alpha {alpha:.2g}: {shown}): the difference between "
-        "single-token and batched evaluation, which a low temperature amplifies"
+    same = _find(tests, f"{kind}:vs-placebo-batched")
+    power = (same or {}).get("power") or 0.0
+    if power < MIN_POWER:
+        return (
+            figures,
+            (
+                f"re-scored batched, as draft verification evaluates them, they do not differ from "
+                f"the placebo ({shown}), but the {kind} test there had power {power:.2f} only: "
+                "whether numeric drift explains it is not shown"
+            ),
+            Label.INCONCLUSIVE,
+        )
+    return (
+        figures,
+        (
+            f"but re-scored batched, as draft verification evaluates them, they agree with the "
+            f"placebo (no test rejects at alpha {alpha:.2g}: {shown}; the {kind} test had power "
+            f"{power:.2f}): the difference between single-token and batched evaluation, which a "
+            "low temperature amplifies"
+        ),
+        Label.NUMERIC_DRIFT,
     )
 
 
 def _power(analysis: Mapping[str, Any], ev: dict[str, Any]) -> tuple[float, int, int, str]:
-    """The power behind ``equivalent``: the comparison with the placebo (else the first-token
-    two-sample test) at Holm's first step, alpha / m. ``(power, n, df, what)``."""
+    """The power behind ``equivalent``: the comparison with the placebo's PIT histograms at
+    Holm's first step, alpha / m, over its effective tokens. ``(power, n, df, what)``."""
     test = _find(analysis["tests"], "pit:vs-placebo")
     what = "comparison with the placebo (PIT)"
-    if test is None:
-        test = _find(analysis["tests"], "first-token:two-sample")
-        what = "first-token two-sample (no placebo)"
     n = (test or {}).get("n", 0)
     df = (test or {}).get("df") or 9
     level = analysis["alpha"] / max(len(analysis["tests"]), 1)
@@ -161,7 +186,7 @@ def classify_sampling(
     alpha = analysis["alpha"]
     tests = analysis["tests"]
     rejected = _rejected(tests, alpha)
-    placebo = analysis.get("placebo") or {}
+    placebo = analysis.get("placebo") or {"error": "the analysis records no placebo"}
     instrument = limit(placebo, alpha)
     ev: dict[str, Any] = {
         "alpha": alpha,
@@ -176,15 +201,15 @@ def classify_sampling(
     if differences:
         return misconfiguration(differences, f"{len(rejected)} test(s) reject")
     if "error" in placebo:
-        if rejected:
-            names = ", ".join(t["name"] for t in rejected)
-            return Verdict(
-                Label.INCONCLUSIVE,
-                f"the outputs differ ({names} reject at alpha {alpha:.2g}), but {placebo['error']}"
-                ": numeric drift and a sampler bug cannot be told apart",
-                ev,
-            )
-    elif instrument and has_logits:
+        names = ", ".join(t["name"] for t in rejected)
+        found = f"the outputs differ ({names} reject at alpha {alpha:.2g}), but " if names else ""
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"{found}{placebo['error']}: without a placebo equiv can show neither a sampler bug "
+            "nor equivalence",
+            ev,
+        )
+    if instrument and has_logits:
         return Verdict(
             Label.INCONCLUSIVE,
             f"{instrument}: in process those are the rows the engine reports, so no test against "
@@ -207,11 +232,8 @@ def classify_sampling(
         )
         if has_logits:
             return Verdict(Label.SAMPLER_BUG, found + note, ev)
-        batched, why = _batched_answer(analysis.get("batched"), alpha)
+        batched, why, label = _batched_answer(analysis.get("batched"), kind, alpha)
         ev["batched"] = batched
-        label = Label.INCONCLUSIVE if batched is None else Label.NUMERIC_DRIFT
-        if batched is not None and batched["rejected"]:
-            label = Label.SAMPLER_BUG
         return Verdict(label, f"{found}; {why}{note}", ev)
     drift = analysis.get("drift")
     fidelity = placebo.get("fidelity")
@@ -229,7 +251,8 @@ def classify_sampling(
         names = ", ".join(t["name"] for t in rejected)
         return Verdict(
             Label.NUMERIC_DRIFT,
-            f"both samplers agree with the placebo, but the output distributions differ "
+            f"no test of the speculative samples against the placebo rejects, but the output "
+            f"distributions differ "
             f"({names} reject at alpha {alpha:.2g}): the logits differ between the paths{note}",
             ev,
         )
@@ -260,7 +283,8 @@ def _by_power(analysis: Mapping[str, Any], ev: dict[str, Any], note: str) -> Ver
     if power >= MIN_POWER:
         return Verdict(
             Label.EQUIVALENT,
-            f"no test rejects at alpha {alpha:.2g}; the {what} test over {n} tokens had power "
+            f"no test rejects at alpha {alpha:.2g}; the {what} test over {n} effective tokens "
+            f"had power "
             f"{power:.2f} for Cohen's w >= 0.1 at the Holm level {level:.2g}{note}",
             ev,
         )
@@ -268,10 +292,12 @@ def _by_power(analysis: Mapping[str, Any], ev: dict[str, Any], note: str) -> Ver
     while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=level, power=MIN_POWER) > 0.1:
         need = max(2 * need, 16)
     ev.update(tokens=n, tokens_needed=need)  # so a caller can say how many seeds would do
+    samples = analysis.get("samples") or 0
+    more = f" (about {math.ceil(samples * need / n)} seeds)" if n and samples else ""
     return Verdict(
         Label.INCONCLUSIVE,
-        f"no test rejects, but the {what} test over {n} tokens has power only {power:.2f} for "
-        f"w >= 0.1 at the Holm level {level:.2g}; about {need} tokens would reach {MIN_POWER}: "
-        f"add seeds or max_tokens{note}",
+        f"no test rejects, but the {what} test over {n} effective tokens has power only "
+        f"{power:.2f} for w >= 0.1 at the Holm level {level:.2g}; about {need} would reach "
+        f"{MIN_POWER}{more}: add seeds or max_tokens{note}",
         ev,
     )
