@@ -27,6 +27,7 @@ Each takes per-token arrays and ``samples``, the index of the sample each token 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -67,15 +68,28 @@ def cluster_ratio(
     return theta, var, m
 
 
-def _t_test(diff: float, var: float, df: int, alpha: float, shift: float) -> tuple[float, float]:
-    """``(p-value, power)`` of a two-sided t-test of ``diff / sqrt(var)`` with ``df`` degrees
-    of freedom; power against a true difference of ``shift``."""
+def _difference(
+    name: str,
+    estimates: tuple[float, float],
+    var: float,
+    df: int,
+    *,
+    alpha: float,
+    n: int,
+    shift: float,
+    describe: Callable[[float, float], str],
+) -> TestResult:
+    """The speculative estimate minus the placebo's, over its standard error ``sqrt(var)``: a
+    two-sided t-test with ``df`` degrees of freedom, and its power against a true difference
+    of ``shift``; ``describe(se, power)`` words the detail."""
+    diff = estimates[0] - estimates[1]
     se = math.sqrt(var)
     t = diff / se if se > 0 else 0.0
     crit = float(sps.t.isf(alpha / 2, df))
     lam = shift / se if se > 0 else 0.0
     power = float(sps.nct.sf(crit, df, lam) + sps.nct.cdf(-crit, df, lam))
-    return float(2 * sps.t.sf(abs(t), df)), power
+    p_value = float(2 * sps.t.sf(abs(t), df))
+    return TestResult(name, t, p_value, alpha, n, None, power, diff, describe(se, power))
 
 
 def top_token_vs_placebo(
@@ -108,16 +122,18 @@ def top_token_vs_placebo(
         why = f"top-token variance {binomial:.2f} < 1 or fewer than 2 samples on a path"
         return _not_enough(name, alpha, n, why)
     lift = float(np.minimum(shift, 1.0 - ps).sum()) / ps.size
-    p_value, power = _t_test(es - eb, vs + vb, min(ms, mb) - 1, alpha, lift)
-    se = math.sqrt(vs + vb)
-    detail = (
-        f"top token in excess of the rows: speculative {es:+.4f} per token ({ts.sum():.0f} of "
-        f"{ps.size}, rows imply {ps.sum():.1f}), placebo {eb:+.4f} ({tb.sum():.0f} of {pb.size}, "
-        f"rows imply {pb.sum():.1f}); difference {es - eb:+.4f} +- {se:.4f} over {ms} and {mb} "
-        f"samples; power {power:.3f} for a shift of {shift:g} in the top token's probability"
-    )
-    stat = (es - eb) / se if se > 0 else 0.0
-    return TestResult(name, stat, p_value, alpha, n, None, power, es - eb, detail)
+
+    def describe(se: float, power: float) -> str:
+        return (
+            f"top token in excess of the rows: speculative {es:+.4f} per token ({ts.sum():.0f} "
+            f"of {ps.size}, rows imply {ps.sum():.1f}), placebo {eb:+.4f} ({tb.sum():.0f} of "
+            f"{pb.size}, rows imply {pb.sum():.1f}); difference {es - eb:+.4f} +- {se:.4f} over "
+            f"{ms} and {mb} samples; power {power:.3f} for a shift of {shift:g} in the top "
+            "token's probability"
+        )
+
+    df = min(ms, mb) - 1
+    return _difference(name, (es, eb), vs + vb, df, alpha=alpha, n=n, shift=lift, describe=describe)
 
 
 def temperature_vs_placebo(
@@ -153,16 +169,19 @@ def temperature_vs_placebo(
     if min(info_s, info_b) < 1.0 or min(ms, mb) < 2:
         why = f"sensitivity Σk² {min(info_s, info_b):.2f} < 1 or fewer than 2 samples on a path"
         return _not_enough(name, alpha, n, why)
-    p_value, power = _t_test(ls - lb, vs + vb, min(ms, mb) - 1, alpha, rel_error)
-    se = math.sqrt(vs + vb)
-    detail = (
-        f"λ - 1 under the same rows: speculative {ls:+.3f}, placebo {lb:+.3f} (Σk² {info_s:.0f} "
-        f"and {info_b:.0f}); the speculative samples look {'colder' if ls > lb else 'hotter'} by "
-        f"{ls - lb:+.3f} +- {se:.3f} over {ms} and {mb} samples; power {power:.3f} for a "
-        f"temperature off by {rel_error:.0%}"
+
+    def describe(se: float, power: float) -> str:
+        return (
+            f"λ - 1 under the same rows: speculative {ls:+.3f}, placebo {lb:+.3f} (Σk² "
+            f"{info_s:.0f} and {info_b:.0f}); the speculative samples look "
+            f"{'colder' if ls > lb else 'hotter'} by {ls - lb:+.3f} +- {se:.3f} over {ms} and "
+            f"{mb} samples; power {power:.3f} for a temperature off by {rel_error:.0%}"
+        )
+
+    df = min(ms, mb) - 1
+    return _difference(
+        name, (ls, lb), vs + vb, df, alpha=alpha, n=n, shift=rel_error, describe=describe
     )
-    stat = (ls - lb) / se if se > 0 else 0.0
-    return TestResult(name, stat, p_value, alpha, n, None, power, ls - lb, detail)
 
 
 def _bin_shares(u: FloatArray, ids: npt.ArrayLike, bins: int) -> tuple[FloatArray, FloatArray, int]:
