@@ -5,14 +5,13 @@ and the configured sampler chain into two floats (the probability mass ranked be
 and the token's probability), enough for the randomized PIT of the one-sample *sampler
 consistency* test. `analyze_prompt` pools all seeds of one prompt and runs:
 
-- sampler consistency, per path (``stats.pit_uniformity_test`` on the randomized PIT,
-  ``stats.top_token_test`` on how often the most probable token came out, and
-  ``stats.temperature_test`` on the PIT's normal scores weighed by `chain_sensitivity`): are the
-  emitted tokens draws from the distribution the path's own logits and chain imply? Holds
-  whatever the numerics;
+- the speculative samples against the placebo, the baseline's samples scored by the same
+  instrument (`equiv.verdicts.placebo`): the tests that may decide ``sampler-bug``;
+- sampler consistency, per path, against the instrument's rows alone (``stats.pit_uniformity_
+  test``, ``stats.top_token_test``, ``stats.temperature_test``): recorded, never decisive, since
+  re-scored rows are not exactly the rows a server sampled from;
 - baseline vs speculative, two-sample: first-token distribution (chi-square on merged bins),
-  sequence log-likelihood under the target's single-token evaluation (the same scorer for both
-  paths: the baseline's own rows, the speculative samples re-scored), length (KS) and distinct-2
+  sequence log-likelihood under one re-scoring for both paths, length (KS) and distinct-2
   (distinct token bigrams / bigrams: repetition; Mann-Whitney);
 - the stages of a rejection sampler, for engines that report their judgements (`_stage_tests`);
 - same-seed agreement (informational: llama-cpp-python spends one random draw per token on both
@@ -436,7 +435,8 @@ def _tokens(
     ids = np.asarray([i for i, r in enumerate(records) for _ in r[path].get(key, [])], np.intp)
     sens = None
     if all(sens_key in r[path] for r in records):
-        sens = np.asarray([k for r in records for k in r[path][sens_key]], dtype=np.float64)
+        paired = (zip(r[path].get(key, []), r[path][sens_key], strict=True) for r in records)
+        sens = np.asarray([k for pairs in paired for _, k in pairs], dtype=np.float64)
     return np.asarray(pits, dtype=np.float64).reshape(-1, 3), ids, sens
 
 
@@ -492,20 +492,6 @@ def _vs_placebo(
             )
         )
     return out
-
-
-def _pit_and_sensitivity(
-    records: Sequence[Mapping[str, Any]], path: str, pit_key: str, sens_key: str, seed: int
-) -> tuple[Any, Any]:
-    """Every emitted position's randomized PIT and sensitivity, paired record by record."""
-    pits: list[Sequence[float]] = []
-    sens: list[float] = []
-    for r in records:
-        pairs = list(zip(r[path][pit_key], r[path][sens_key], strict=True))
-        pits.extend(pit for pit, _ in pairs)
-        sens.extend(k for _, k in pairs)
-    arr = np.asarray(pits, dtype=np.float64).reshape(-1, 3)
-    return randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed)), np.asarray(sens)
 
 
 def batched_vs_placebo(
@@ -574,7 +560,9 @@ def _temperature(
     seed: int,
 ) -> TestResult:
     """The temperature test on every emitted position: its randomized PIT and its sensitivity."""
-    u, sens = _pit_and_sensitivity(records, path, *keys, seed)
+    pits, _, sens = _tokens(records, path, keys[0])
+    assert sens is not None  # asked only where every record has its sensitivities
+    u = randomized_pit(pits[:, 0], pits[:, 1], np.random.default_rng(seed))
     return temperature_test(u, sens, alpha=alpha)
 
 
