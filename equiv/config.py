@@ -311,10 +311,6 @@ class RunConfig:
         data["engine_options"] = [list(kv) for kv in self.engine_options]
         return data
 
-    def engine_option(self, name: str, default: Any = None) -> Any:
-        """One of `engine_options` by name."""
-        return dict(self.engine_options).get(name, default)
-
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
         plain = {

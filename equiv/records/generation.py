@@ -207,9 +207,6 @@ class Generation:
         """Accepted / drafted over the rounds that ended inside the generation."""
         return self.accepted / self.drafted if self.drafted else None
 
-    def without_logits(self) -> Generation:
-        return Generation(**{**self.__dict__, "logits": None, "judgements": ()})
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,

@@ -16,7 +16,6 @@ Schema 2 (this version) differs from 1 in the names of the drift figures (`Drift
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -226,9 +225,6 @@ class ResultRecord:
     def generation(self, path: str) -> Generation:
         """``baseline`` or ``speculative``."""
         return self.speculative if path == "speculative" else self.baseline
-
-    def with_verdict(self, verdict: Verdict) -> ResultRecord:
-        return dataclasses.replace(self, verdict=verdict)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
