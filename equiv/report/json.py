@@ -13,24 +13,26 @@ from typing import Any
 
 from markupsafe import Markup
 
-__all__ = ["script_json"]
+__all__ = ["finite", "script_json"]
 
 _UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-def _finite(value: Any) -> Any:
+def finite(value: Any) -> Any:
+    """``value`` with every NaN and infinity (in dicts, lists and tuples) as None: JSON has
+    neither, and a figure that could not be computed is null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
+        return {str(k): finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [finite(v) for v in value]
     return value
 
 
 def script_json(value: Any) -> Markup:
     """``value`` as JSON text that is inert inside a script element."""
-    text = json.dumps(_finite(value), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    text = json.dumps(finite(value), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     for char, code in _UNSAFE.items():
         text = text.replace(char, code)
     return Markup(text)

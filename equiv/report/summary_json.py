@@ -5,12 +5,12 @@ file alone, beside it. ``equiv run --json`` prints the same object."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from equiv.records import ResultsFile
+from equiv.report.json import finite
 from equiv.verdicts.summary import RunSummary, run_summary, summarize_file
 
 __all__ = ["SUMMARY_NAME", "strict_json", "summary_json", "summary_of", "write_summary"]
@@ -31,20 +31,9 @@ def summary_of(results_path: str | os.PathLike[str]) -> RunSummary:
     )
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: they become null (the figure could not be computed)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def strict_json(data: Any) -> str:
     """JSON text a strict parser reads: NaN and infinities become null."""
-    return json.dumps(_finite(data), indent=2, allow_nan=False) + "\n"
+    return json.dumps(finite(data), indent=2, allow_nan=False) + "\n"
 
 
 def summary_json(summary: RunSummary) -> str:
