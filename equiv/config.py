@@ -37,6 +37,7 @@ __all__ = [
     "SamplingConfig",
     "fingerprint_digest",
     "load_toml",
+    "validate_quality_margin",
     "validate_sampling",
 ]
 
@@ -209,6 +210,15 @@ _OVERRIDABLE = _SAMPLING_KEYS | {
 }
 
 
+def validate_quality_margin(points: float) -> None:
+    """The one rule for the quality test's equivalence margin: percentage points of pass rate in
+    (0, 100). `RunConfig` applies it; the ``--quality-margin`` option checks its text with it."""
+    if not 0 < points < 100:
+        raise ConfigError(
+            f"quality_margin={points} must lie in (0, 100) percentage points; 3 is the default"
+        )
+
+
 def _default_threads() -> int:
     return max(1, os.cpu_count() or 1)
 
@@ -268,11 +278,7 @@ class RunConfig:
             raise ConfigError("sampling mode needs temp > 0; pass --temp 0.8 or use --mode temp0")
         if not 0 < self.alpha < 0.5:
             raise ConfigError(f"alpha={self.alpha} must lie in (0, 0.5); 0.01 is the default")
-        if not 0 < self.quality_margin < 100:
-            raise ConfigError(
-                f"quality_margin={self.quality_margin} must lie in (0, 100) percentage points; "
-                "3 is the default"
-            )
+        validate_quality_margin(self.quality_margin)
         for key, _ in self.spec_overrides:
             if key not in _OVERRIDABLE:
                 raise ConfigError(

@@ -22,6 +22,7 @@ from equiv.config import (
     RunConfig,
     SamplingConfig,
     load_toml,
+    validate_quality_margin,
     validate_sampling,
 )
 from equiv.errors import ConfigError, describe
@@ -64,12 +65,11 @@ class Option:
 def _margin(text: str) -> float:
     try:
         value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < 100:
+        validate_quality_margin(value)
+    except (ValueError, ConfigError):
         raise argparse.ArgumentTypeError(
             f"--quality-margin {text}: give percentage points in (0, 100), e.g. 3"
-        )
+        ) from None
     return value
 
 

@@ -36,6 +36,14 @@ def test_draft_settings_are_checked():
         DraftConfig(draft_max=4, draft_min=5)
 
 
+@pytest.mark.parametrize("margin", [0.0, 100.0, -1.0, float("nan")])
+def test_a_quality_margin_outside_0_100_points_is_refused(margin):
+    with pytest.raises(
+        ConfigError, match=re.escape(f"quality_margin={margin} must lie in (0, 100)")
+    ):
+        RunConfig(**PAIR, quality_margin=margin)
+
+
 def test_sampling_mode_needs_seeds_and_temperature():
     with pytest.raises(ConfigError, match="at least one seed"):
         RunConfig(**PAIR, mode=Mode.SAMPLING, sampling=SamplingConfig(temp=0.8))

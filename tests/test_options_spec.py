@@ -94,3 +94,11 @@ def test_a_key_no_path_can_override_is_refused(make_gguf):
     target = make_gguf("t.gguf")
     with pytest.raises(ConfigError, match="speculative override 'draft_max' is not supported"):
         build_config({"target": str(target), "draft": str(target), "spec": ["draft_max=4"]})
+
+
+@pytest.mark.parametrize("text", ["0", "100", "-2", "nan", "three"])
+def test_a_quality_margin_outside_0_100_points_is_a_usage_error(text, capsys):
+    with pytest.raises(SystemExit):
+        _parse("--quality-margin", text)
+    assert f"--quality-margin {text}: give percentage points in (0, 100)" in capsys.readouterr().err
+    assert _parse("--quality-margin", "10")["quality_margin"] == 10.0

@@ -169,11 +169,9 @@ def test_quality_in_sampling_mode_has_per_prompt_rates() -> None:
     assert q.total.difference.answer is QualityAnswer.DROP
 
 
-def test_nothing_graded_is_none_and_a_bad_margin_is_refused() -> None:
+def test_nothing_graded_is_none() -> None:
     assert quality([], temp0=True) is None
     assert quality([_s("code/a", E, P)], temp0=True) is None
-    with pytest.raises(ValueError, match="quality margin 0"):
-        quality([_s("code/a", P, P)], temp0=True, margin_points=0)
 
 
 def test_samples_from_records_reads_grades_and_labels() -> None:

@@ -445,9 +445,8 @@ def quality(
     margin_points: float = DEFAULT_MARGIN_POINTS,
     alpha: float = QUALITY_ALPHA,
 ) -> Quality | None:
-    """The quality answer of graded samples; None when no sample could be graded."""
-    if not 0 < margin_points < 100:
-        raise ValueError(f"quality margin {margin_points!r} points must lie in (0, 100)")
+    """The quality answer of graded samples; None when no sample could be graded.
+    ``margin_points``: a run's `RunConfig.quality_margin`, which the configuration checked."""
     all_samples = list(samples)
     usable = [s for s in all_samples if s.usable]
     errors = tuple(
