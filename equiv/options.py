@@ -414,6 +414,7 @@ _KINDS: dict[Callable[[str], Any], str] = {
     _concurrency: "integer",
     float: "number",
     _rate: "number",
+    _margin: "number",
     str: "string",
 }
 

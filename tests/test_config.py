@@ -109,6 +109,8 @@ def _toml(tmp_path, text):
         ("engine = 5", 'engine must be a string (e.g. engine = "llamacpp"), found the number'),
         ('mode = "greedy"', "mode must be one of temp0, sampling, found the string 'greedy'"),
         ("seeds = 0", "seeds: --seeds 0: give a count >= 1"),
+        ("quality_margin = 0", "quality_margin: --quality-margin 0: give percentage points"),
+        ('quality_margin = "3"', "quality_margin must be a finite number (e.g. quality_margin"),
         ("max_tokens = true", "max_tokens must be an integer, found the boolean true"),
         ("[suite]\nx = 1", "suite must be a string or a list of strings, found an object"),
     ],
@@ -119,8 +121,10 @@ def test_a_toml_value_of_the_wrong_type_names_key_type_and_value(tmp_path, line,
 
 
 def test_toml_values_of_the_right_types_are_taken(tmp_path):
-    values = _toml(tmp_path, 'max_tokens = 4\ntemp = 1\nflash_attn = true\nsuite = "code"\n')
+    text = 'max_tokens = 4\ntemp = 1\nflash_attn = true\nsuite = "code"\nquality_margin = 10\n'
+    values = _toml(tmp_path, text)
     assert (values["max_tokens"], values["temp"], values["flash_attn"]) == (4, 1, True)
+    assert values["quality_margin"] == 10
     assert values["suite"] == ["code"]
 
 
