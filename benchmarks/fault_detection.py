@@ -35,9 +35,9 @@ from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
+from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.labels import Label
 from equiv.verdicts.sampling_evidence import analyze_prompt
 from equiv.verdicts.sampling_verdict import classify_sampling
 

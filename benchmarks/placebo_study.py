@@ -34,9 +34,9 @@ from equiv.engines.server.settings import ServerSettings
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
+from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.labels import Label, verdict_of
 from equiv.verdicts.sampling_evidence import analyze_prompt
 from equiv.verdicts.sampling_verdict import classify_sampling
 

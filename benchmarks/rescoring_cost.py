@@ -28,9 +28,9 @@ from equiv.engines.server.settings import ServerSettings
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
+from equiv.records.verdict import verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.labels import verdict_of
 
 PROMPTS = "chat/capital_france,code/fib_lt,reasoning/add_two_digit,multilingual/de_berlin"
 

@@ -33,11 +33,11 @@ from equiv.engines.llamacpp import _load_llama
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
+from equiv.records.verdict import verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.classify import classify_temp0
 from equiv.verdicts.compare import compare
-from equiv.verdicts.labels import verdict_of
 
 
 def correct_paths(config: RunConfig, prompts: list[Any], engine: str, out: Path) -> None:

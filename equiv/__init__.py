@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from equiv.engines.registry import load_factory
     from equiv.prompts import Prompt, load_suites
     from equiv.records import Generation, ResultsFile
+    from equiv.records.verdict import Label, Verdict
     from equiv.report.html import render_report, write_report
     from equiv.run.execute import RunOutcome, open_runner, run_plan
-    from equiv.verdicts.labels import Label, Verdict
     from equiv.verdicts.summary import Summary
 
 try:
@@ -45,7 +45,7 @@ _LAZY = {
     "Engine": "equiv.engines.base",
     "EngineFactory": "equiv.engines.base",
     "Generation": "equiv.records",
-    "Label": "equiv.verdicts.labels",
+    "Label": "equiv.records.verdict",
     "Mode": "equiv.config",
     "Prompt": "equiv.prompts",
     "Rescoring": "equiv.engines.base",
@@ -54,7 +54,7 @@ _LAZY = {
     "RunOutcome": "equiv.run.execute",
     "SamplingConfig": "equiv.config",
     "Summary": "equiv.verdicts.summary",
-    "Verdict": "equiv.verdicts.labels",
+    "Verdict": "equiv.records.verdict",
     "load_factory": "equiv.engines.registry",
     "load_suites": "equiv.prompts",
     "open_runner": "equiv.run.execute",

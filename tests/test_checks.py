@@ -7,7 +7,7 @@ import pytest
 from equiv.errors import ConfigError
 from equiv.pytest.session import Check, Policy, describe, problems
 from equiv.records import EventRecord, ResultsFile
-from equiv.verdicts.labels import Label, Verdict
+from equiv.records.verdict import Label, Verdict
 
 EQ = Verdict(Label.EQUIVALENT, "token IDs identical")
 DRIFT = Verdict(Label.NUMERIC_DRIFT, "near tie", {"margin": 0.01, "rows": [1, 2]})

@@ -17,11 +17,11 @@ from markupsafe import escape
 
 from equiv.cli.main import main
 from equiv.records import ResultsFile
+from equiv.records.verdict import verdict_of
 from equiv.report import render_report
 from equiv.report.analysis import MAX_EXAMPLES
 from equiv.report.json import script_json
 from equiv.report.text import plain, visible
-from equiv.verdicts.labels import verdict_of
 from equiv.verdicts.summary import summarize_file
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -23,9 +23,9 @@ from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.rescore import BATCH_STRIDE, parse_scoring, scoring_body
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import EngineError
+from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.labels import Label, verdict_of
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 

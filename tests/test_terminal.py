@@ -4,8 +4,8 @@
 from rich.console import Console
 
 from equiv.records import ResultsFile
+from equiv.records.verdict import Label
 from equiv.report.terminal import print_summary
-from equiv.verdicts.labels import Label
 from equiv.verdicts.summary import summarize, summarize_file
 
 FIXTURE = "tests/fixtures/temp0_results.jsonl"

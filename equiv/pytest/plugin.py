@@ -138,7 +138,7 @@ def _read_settings(config: pytest.Config) -> _Settings:
     from equiv.errors import EquivError
     from equiv.options import merge_toml
     from equiv.pytest.session import Policy
-    from equiv.verdicts.labels import Label
+    from equiv.records.verdict import Label
 
     values = {opt.dest: _value(config, opt) for opt in _options()}
     here = config.invocation_params.dir

@@ -32,9 +32,9 @@ from equiv.records import (
     ResultRecord,
     parse_record,
 )
+from equiv.records.verdict import Label, Verdict
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
 
 if TYPE_CHECKING:

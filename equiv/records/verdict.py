@@ -3,8 +3,7 @@
 Every result record (one prompt x mode) gets exactly one `Verdict` under the key ``verdict``;
 the classifier (``equiv/verdicts/classify.py``) decides it. Readers (report, plugin, CLI) use
 only this. Defined beside the records that hold them (a result's verdict is part of the record),
-so that `equiv.records` needs nothing above it; `equiv.verdicts.labels` names them for the
-verdicts.
+so that `equiv.records` needs nothing above it: the one home of `Label` and `Verdict`.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ from typing import Any
 from markupsafe import Markup
 
 from equiv.records import AnalysisRecord
+from equiv.records.verdict import Label, Verdict
 from equiv.report.header import fmt
 from equiv.report.prompt_view import PromptView, evidence_rows, number, record_verdict
 from equiv.report.svg import grouped_chart
-from equiv.verdicts.labels import Label, Verdict
 
 __all__ = ["MAX_EXAMPLES", "AnalysisView", "TestView", "analysis_view", "sampling_verdict"]
 

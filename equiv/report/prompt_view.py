@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from equiv.records import AnalysisRecord, Divergence, Drift, ResultRecord, TokenAlternatives
+from equiv.records.verdict import Label, Verdict
 from equiv.report.diff import Segment, segments
 from equiv.report.header import fmt
-from equiv.verdicts.labels import Label, Verdict
 
 __all__ = [
     "LABELS",

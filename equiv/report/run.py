@@ -16,13 +16,13 @@ from markupsafe import Markup
 
 from equiv.config import Mode
 from equiv.records import AnalysisRecord, ResultRecord, ResultsFile
+from equiv.records.verdict import Label, Verdict
 from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
 from equiv.report.header import Environment, environment, fmt
 from equiv.report.prompt_view import LABELS, PromptView, prompt_view, token_texts
 from equiv.report.quality_view import QualityView, quality_view
 from equiv.report.redact import NOTE, make_redactor
 from equiv.report.svg import Bar, Strip, bar_chart, strip_chart
-from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
 from equiv.verdicts.summary import SuiteSummary, summarize
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from equiv.verdicts.labels import Label
+from equiv.records.verdict import Label
 from equiv.verdicts.summary import SuiteSummary, Summary
 
 __all__ = ["print_prompts", "print_summary", "print_sweep", "summary_table"]

@@ -1,5 +1,6 @@
-"""The labels equiv gives and the verdict that carries one with its evidence: defined with the
-records that hold them (`equiv.records.verdict`), named here for the verdicts and their readers.
+"""Deprecated: `Label`, `Verdict` and `verdict_of` live in `equiv.records.verdict` (import them
+from there, or `Label`/`Verdict` from `equiv`). Kept only until its last importers move; no new
+import of this module.
 """
 
 from equiv.records.verdict import Label, Verdict, verdict_of

@@ -19,7 +19,7 @@ import numpy as np
 
 from equiv.records import Generation
 from equiv.records.machine import Machine
-from equiv.verdicts.labels import Label, verdict_of
+from equiv.records.verdict import Label, verdict_of
 from equiv.verdicts.run_drift import run_drift
 from equiv.verdicts.summary import SuiteSummary, summarize
 

@@ -21,8 +21,8 @@ from equiv.records import (
     decode_rate,
     speedup,
 )
+from equiv.records.verdict import Label
 from equiv.verdicts.classify import run_verdict
-from equiv.verdicts.labels import Label
 from equiv.verdicts.quality import (
     DEFAULT_MARGIN_POINTS,
     QUALITY_ALPHA,
