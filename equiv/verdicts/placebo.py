@@ -33,7 +33,8 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
-from equiv.verdicts.stats import TestResult, _check_alpha, _not_enough, chi2_power
+from equiv.verdicts.stats import TestResult, chi2_power
+from equiv.verdicts.stats.result import check_alpha, not_enough
 
 __all__ = [
     "PathTokens",
@@ -106,7 +107,7 @@ def top_token_vs_placebo(
     samples as clusters. The statistic is ``(e_spec - e_placebo) / se``; ``effect`` their
     difference; ``power`` is for every speculative ``p_top`` raised by ``shift`` (capped at 1).
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     name = "top_token_vs_placebo"
     parts = []
     for top, p, ids in (speculative, placebo):
@@ -120,7 +121,7 @@ def top_token_vs_placebo(
     binomial = min(float(np.sum(ps * (1 - ps))), float(np.sum(pb * (1 - pb))))
     if binomial < 1.0 or min(ms, mb) < 2:
         why = f"top-token variance {binomial:.2f} < 1 or fewer than 2 samples on a path"
-        return _not_enough(name, alpha, n, why)
+        return not_enough(name, alpha, n, why)
     lift = float(np.minimum(shift, 1.0 - ps).sum()) / ps.size
 
     def describe(se: float, power: float) -> str:
@@ -151,7 +152,7 @@ def temperature_vs_placebo(
     samples are colder than the placebo's. ``power`` is against a speculative temperature off
     by ``rel_error``. Below ``Σ k² = 1`` on a path there is no test.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     name = "temperature_vs_placebo"
     estimates = []
     for u, k, ids in (speculative, placebo):
@@ -168,7 +169,7 @@ def temperature_vs_placebo(
     n = int(np.asarray(speculative[0]).size + np.asarray(placebo[0]).size)
     if min(info_s, info_b) < 1.0 or min(ms, mb) < 2:
         why = f"sensitivity Σk² {min(info_s, info_b):.2f} < 1 or fewer than 2 samples on a path"
-        return _not_enough(name, alpha, n, why)
+        return not_enough(name, alpha, n, why)
 
     def describe(se: float, power: float) -> str:
         return (
@@ -217,19 +218,19 @@ def pit_vs_placebo(
     ``w = effect_w`` for ``n_s n_b / (n_s + n_b)`` tokens divided by the design effect of the
     clustering (the sandwich variance over the multinomial one).
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     name = "pit_vs_placebo"
     us = np.asarray(speculative[0], dtype=np.float64).reshape(-1)
     ub = np.asarray(placebo[0], dtype=np.float64).reshape(-1)
     n = int(us.size + ub.size)
     bins = max(2, min(bins, min(us.size, ub.size) // 5))
     if min(us.size, ub.size) < 10:
-        return _not_enough(name, alpha, n, f"{us.size} and {ub.size} PIT values; need 10 each")
+        return not_enough(name, alpha, n, f"{us.size} and {ub.size} PIT values; need 10 each")
     samples = (np.unique(np.asarray(c)).size for c in (speculative[1], placebo[1]))
     nu = sum(samples) - 2  # the degrees of freedom of the two samples' covariance
     bins = min(bins, nu)  # at most nu - 1 shares to compare
     if bins < 2:
-        return _not_enough(name, alpha, n, "too few samples for a covariance across them")
+        return not_enough(name, alpha, n, "too few samples for a covariance across them")
     pis, covs, ms = _bin_shares(us, speculative[1], bins)
     pib, covb, mb = _bin_shares(ub, placebo[1], bins)
     diff = (pis - pib)[:-1]

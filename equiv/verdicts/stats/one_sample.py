@@ -1,155 +1,30 @@
-"""Distribution tests as small pure functions on counts, samples and probabilities.
-
-Every test returns a frozen `TestResult`; none of them calls a model. Power is reported for the
-chi-square tests from the noncentral chi-square distribution with Cohen's effect size ``w``
-(Cohen 1988, *Statistical Power Analysis for the Behavioral Sciences*, ch. 7)::
-
-    power(n, df, alpha, w) = P[ ncx2(df, lambda = n * w**2) > chi2.ppf(1 - alpha, df) ]
-
-``w = sqrt(sum_i (p1_i - p0_i)**2 / p0_i)`` (Cramer's V for a 2 x K table); Cohen calls 0.1
-small, 0.3 medium, 0.5 large. KS and Mann-Whitney report no power (None): no honest formula.
-"""
+"""Tests of one sample against the distributions it was stated to be drawn from: emitted
+tokens against their chain distributions (PIT uniformity, the top token, the temperature) and
+draft tokens against the acceptance rule ``min(1, p/q)`` (forced decisions, acceptance rate)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
 from equiv.errors import ConfigError
+from equiv.verdicts.stats.power import power_detail
+from equiv.verdicts.stats.result import FloatArray, TestResult, check_alpha, not_enough
 
 __all__ = [
     "FORCED_TOL",
-    "TestResult",
     "acceptance_rate_test",
-    "benjamini_hochberg",
-    "chi2_power",
-    "chi2_two_sample",
     "forced_decisions_test",
-    "holm",
-    "ks_two_sample",
-    "mann_whitney",
-    "min_detectable_w",
     "pit_uniformity_test",
     "randomized_pit",
     "temperature_test",
     "top_token_test",
 ]
 
-FloatArray = npt.NDArray[np.float64]
 FORCED_TOL = 1e-6  # rounding between an engine's chain and equiv's, for forced decisions
-_KINDS: dict[str, type] = {"str": str, "int": int, "float": float}
-
-
-def _fields_from(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """A dataclass's fields from a JSON record, each coerced to its annotated type."""
-    fields = dataclasses.fields(cls)
-    missing = [f.name for f in fields if f.name not in data]
-    if missing:
-        raise ValueError(f"{cls.__name__} record lacks {missing}; re-run the comparison")
-    kinds = {
-        f.name: _KINDS[kind] for f in fields if (kind := str(f.type).split(" | ")[0]) in _KINDS
-    }
-    return {k: None if data[k] is None else kinds[k](data[k]) for k in kinds}
-
-
-@dataclass(frozen=True)
-class TestResult:
-    """One hypothesis test's outcome; ``rejects`` is ``p_value < alpha``. ``n``: sample size;
-    ``df``: degrees of freedom; ``power``: chance to reject at the effect size ``detail`` names
-    (None if not computable); ``effect``: the observed effect size, of the kind ``detail`` names.
-    """
-
-    __test__: ClassVar[bool] = False  # not a pytest test class, despite its name
-
-    name: str
-    statistic: float
-    p_value: float
-    alpha: float
-    n: int
-    df: int | None
-    power: float | None
-    effect: float | None
-    detail: str
-
-    @property
-    def rejects(self) -> bool:
-        return self.p_value < self.alpha
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TestResult:
-        return cls(**_fields_from(cls, data))
-
-
-def _check_alpha(alpha: float) -> None:
-    if not 0.0 < alpha < 1.0:
-        raise ConfigError(f"alpha={alpha!r} is outside (0, 1); pass a value such as 0.01")
-
-
-def chi2_power(n: int, df: int, *, alpha: float, w: float) -> float:
-    """Power of a chi-square test with ``df`` degrees of freedom and ``n`` observations to
-    detect Cohen's effect size ``w`` at level ``alpha``: ``ncx2.sf(chi2.isf(alpha, df), df,
-    n * w**2)`` (``alpha`` itself when ``n * w**2 == 0``)."""
-    _check_alpha(alpha)
-    if df < 1:
-        raise ValueError(f"df={df!r} must be at least 1")
-    if n < 0 or w < 0:
-        raise ValueError(f"n={n!r} and w={w!r} must be non-negative")
-    crit = float(sps.chi2.isf(alpha, df))
-    nc = n * w * w
-    if nc == 0.0:
-        return alpha
-    return float(sps.ncx2.sf(crit, df, nc))
-
-
-def min_detectable_w(n: int, df: int, *, alpha: float, power: float = 0.95) -> float:
-    """The smallest Cohen's ``w`` that ``n`` observations detect with probability ``power``.
-
-    Solves ``chi2_power(n, df, alpha=alpha, w=w) == power`` for ``lambda = n * w**2`` by
-    bisection (power rises monotonically in lambda), then ``w = sqrt(lambda / n)``. ``inf`` when
-    ``n == 0``; 0 when ``power <= alpha``.
-    """
-    _check_alpha(alpha)
-    if not 0.0 < power < 1.0:
-        raise ConfigError(f"power={power!r} is outside (0, 1); pass a value such as 0.95")
-    if n <= 0:
-        return math.inf
-    if power <= alpha:
-        return 0.0
-    crit = float(sps.chi2.isf(alpha, df))
-
-    def pw(lam: float) -> float:
-        return float(sps.ncx2.sf(crit, df, lam))
-
-    lo, hi = 0.0, 1.0
-    while pw(hi) < power:
-        lo, hi = hi, hi * 2.0
-    while hi - lo > 1e-10 * hi:
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if pw(mid) < power else (lo, mid)
-    return math.sqrt(hi / n)
-
-
-def _power_detail(n: int, df: int, alpha: float, effect_w: float) -> tuple[float, str]:
-    power = chi2_power(n, df, alpha=alpha, w=effect_w)
-    mdw = min_detectable_w(n, df, alpha=alpha, power=0.95)
-    return power, (
-        f"power {power:.3f} to detect Cohen's w={effect_w:g} at alpha={alpha:g}; "
-        f"minimum detectable w at power 0.95: {mdw:.4f}"
-    )
-
-
-def _not_enough(name: str, alpha: float, n: int, why: str) -> TestResult:
-    return TestResult(name, 0.0, 1.0, alpha, n, None, 0.0, None, f"not enough data: {why}")
 
 
 def randomized_pit(
@@ -184,7 +59,7 @@ def pit_uniformity_test(
     sqrt(X2 / n)``; ``power`` is `chi2_power` at ``w = effect_w``, and ``detail`` adds the
     smallest ``w`` detectable with power 0.95 (`min_detectable_w`).
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if bins < 2:
         raise ConfigError(f"bins={bins!r} is below 2; pass a value such as 10")
     x = np.asarray(u, dtype=np.float64).reshape(-1)
@@ -193,13 +68,13 @@ def pit_uniformity_test(
     n = int(x.size)
     name = "pit_uniformity"
     if n < 10:
-        return _not_enough(name, alpha, n, f"{n} PIT values; the chi-square needs 10 or more")
+        return not_enough(name, alpha, n, f"{n} PIT values; the chi-square needs 10 or more")
     asked, bins = bins, max(2, min(bins, n // 5))  # >= 5 expected per bin, or it over-rejects
     counts, _ = np.histogram(x, bins=bins, range=(0.0, 1.0))
     res = sps.chisquare(counts)
     stat = float(res.statistic)
     df = bins - 1
-    power, pdetail = _power_detail(n, df, alpha, effect_w)
+    power, pdetail = power_detail(n, df, alpha, effect_w)
     fewer = "" if bins == asked else f" (not {asked}: {n} values keep 5 expected per bin)"
     detail = (
         f"{bins} equal-width bins{fewer}, counts {counts.tolist()}; effect is Cohen's w; {pdetail}"
@@ -222,7 +97,7 @@ def top_token_test(
     every ``p_top`` raised by ``shift`` (capped at 1); ``detail`` gives the shift detectable
     with power 0.95.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     top = np.asarray(is_top, dtype=np.float64).reshape(-1)
     p = np.asarray(p_top, dtype=np.float64).reshape(-1)
     name = "top_token"
@@ -231,7 +106,7 @@ def top_token_test(
     n = int(p.size)
     var = float(np.sum(p * (1.0 - p)))
     if var < 1.0:
-        return _not_enough(name, alpha, n, f"variance {var:.2f} < 1: the top token is near-certain")
+        return not_enough(name, alpha, n, f"variance {var:.2f} < 1: the top token is near-certain")
     x, mean = float(top.sum()), float(p.sum())
     z = (x - mean) / math.sqrt(var)
     z_crit = float(sps.norm.isf(alpha / 2))
@@ -278,7 +153,7 @@ def temperature_test(
     ``rel_error`` (λ = 1 ± rel_error), and ``effect`` the estimated ``λ - 1 = T / sqrt(Σ k²)``.
     Below ``Σ k² = 1`` there is no test.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     x = np.asarray(u, dtype=np.float64).reshape(-1)
     signed = np.asarray(sensitivity, dtype=np.float64).reshape(-1)
     if x.shape != signed.shape:
@@ -293,7 +168,7 @@ def temperature_test(
     info = float(np.dot(k, k))
     if info < 1.0:
         why = f"sensitivity Σk² = {info:.2f} < 1 over {n} tokens: near-certain tokens"
-        return _not_enough(name, alpha, n, why)
+        return not_enough(name, alpha, n, why)
     # k <= 0 at every position (a colder draw ranks earlier: smaller u, smaller Z), so with
     # |k| as the weight a colder sampler makes T positive.
     z_scores = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
@@ -351,7 +226,7 @@ def forced_decisions_test(
     acceptance rule that is not ``min(1, p/q)``: a greedy or "top-2" verifier rejects tokens with
     ``p >= q``. ``power``: for ``flip`` of the forced decisions wrong; ``effect``: V / m.
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     prob, acc = _decisions(a, accepted)
     qx = np.asarray(q_token, dtype=np.float64).reshape(-1)
     if qx.shape != prob.shape:
@@ -363,7 +238,7 @@ def forced_decisions_test(
     m, v = int(forced.sum()), int(wrong.sum())
     name = "forced_decisions"
     if m == 0:
-        return _not_enough(name, alpha, 0, "no draft token had p >= q or p = 0")
+        return not_enough(name, alpha, 0, "no draft token had p >= q or p = 0")
     p_value = float(sps.binom.sf(v - 1, m, tol)) if v else 1.0
     v_crit = int(sps.binom.isf(alpha, m, tol)) + 1  # smallest V with P[Binom >= V] <= alpha
     power = float(sps.binom.sf(v_crit - 1, m, flip))
@@ -393,14 +268,14 @@ def acceptance_rate_test(
     excess acceptance rate ``(X - E) / n``; ``power`` (normal approximation) for every ``a_i``
     raised by ``shift`` (capped at 1).
     """
-    _check_alpha(alpha)
+    check_alpha(alpha)
     prob, acc = _decisions(a, accepted)
     chance = (prob > tol) & (prob < 1.0 - tol)
     prob, acc = prob[chance], acc[chance]
     n = int(prob.size)
     name = "acceptance_rate"
     if n == 0:
-        return _not_enough(name, alpha, 0, "no draft token had 0 < p < q")
+        return not_enough(name, alpha, 0, "no draft token had 0 < p < q")
     x, mean = int(acc.sum()), float(prob.sum())
     p_value = _poisson_binom_p(prob, x)
     sd = math.sqrt(float(np.sum(prob * (1.0 - prob))))
@@ -412,147 +287,3 @@ def acceptance_rate_test(
         f"for a shift of {shift:g} in the acceptance probability"
     )
     return TestResult(name, (x - mean) / sd, p_value, alpha, n, None, power, (x - mean) / n, detail)
-
-
-def chi2_two_sample(
-    counts_a: Mapping[int, int],
-    counts_b: Mapping[int, int],
-    *,
-    alpha: float,
-    min_expected: float = 5.0,
-    effect_w: float = 0.1,
-) -> TestResult:
-    """Chi-square test of homogeneity of two samples of token ids (a 2 x K contingency table).
-
-    H0: both samples come from the same categorical distribution. Categories whose smaller
-    expected count ``min(n_a, n_b) * col / n`` is below ``min_expected`` are pooled into one
-    "other" bin; while that bin is itself below ``min_expected``, the smallest remaining category
-    joins it. The table is tested with ``scipy.stats.chi2_contingency(correction=False)``,
-    ``df = K - 1``. ``effect`` is the observed Cohen's ``w = sqrt(X2 / n)`` (= Cramer's V);
-    ``power`` is `chi2_power` with ``n = n_a + n_b`` at ``w = effect_w``. With fewer than 2 bins
-    left, the result is p 1.0 and power 0.0 with a detail saying there is not enough data.
-    """
-    _check_alpha(alpha)
-    if not min_expected > 0.0:
-        raise ConfigError(f"min_expected={min_expected!r} is not positive; pass 5.0")
-    keys = sorted(set(counts_a) | set(counts_b))
-    ca = np.array([counts_a.get(k, 0) for k in keys], dtype=np.int64)
-    cb = np.array([counts_b.get(k, 0) for k in keys], dtype=np.int64)
-    if (ca < 0).any() or (cb < 0).any():
-        raise ValueError("counts must be non-negative")
-    na, nb = int(ca.sum()), int(cb.sum())
-    n = na + nb
-    name = "chi2_two_sample"
-    if na == 0 or nb == 0:
-        return _not_enough(name, alpha, n, f"n_a={na}, n_b={nb}; both samples need tokens")
-    col = ca + cb
-    order = np.lexsort((np.arange(col.size), -col))  # largest first, ties by id
-    order = order[col[order] > 0]
-    scale = min(na, nb) / n
-    big = [int(i) for i in order if col[i] * scale >= min_expected]
-    small = [int(i) for i in order if col[i] * scale < min_expected]
-    other_a, other_b = int(ca[small].sum()), int(cb[small].sum())
-    n_pooled = len(small)
-    while small and (other_a + other_b) * scale < min_expected and big:
-        j = big.pop()  # the smallest remaining category
-        other_a, other_b = other_a + int(ca[j]), other_b + int(cb[j])
-        n_pooled += 1
-    rows_a = [int(ca[i]) for i in big] + ([other_a] if n_pooled else [])
-    rows_b = [int(cb[i]) for i in big] + ([other_b] if n_pooled else [])
-    k = len(rows_a)
-    if k < 2:
-        why = f"{len(order)} categories leave {k} bin once those with expected count < "
-        return _not_enough(name, alpha, n, why + f"{min_expected:g} are pooled; collect more")
-    table = np.array([rows_a, rows_b], dtype=np.float64)
-    res = sps.chi2_contingency(table, correction=False)
-    stat = float(res.statistic)
-    df = k - 1
-    power, pdetail = _power_detail(n, df, alpha, effect_w)
-    tv = 0.5 * float(np.abs(table[0] / na - table[1] / nb).sum())
-    detail = (
-        f"{k} bins ({n_pooled} of {len(order)} categories pooled into 'other'); "
-        f"n_a={na}, n_b={nb}; empirical TV {tv:.4f}; effect is Cohen's w; {pdetail}"
-    )
-    w = math.sqrt(stat / n)
-    return TestResult(name, stat, float(res.pvalue), alpha, n, df, power, w, detail)
-
-
-def _samples(a: npt.ArrayLike, b: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
-    return np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
-
-
-def ks_two_sample(a: npt.ArrayLike, b: npt.ArrayLike, *, alpha: float) -> TestResult:
-    """Two-sample Kolmogorov-Smirnov test (``scipy.stats.ks_2samp``, two-sided).
-
-    H0: ``a`` and ``b`` come from the same continuous distribution. ``effect`` is the statistic
-    ``D = sup |F_a - F_b|``. For discrete data (token ids, lengths) the test is conservative.
-    ``power`` is None: it depends on the unknown alternative's shape.
-    """
-    _check_alpha(alpha)
-    xa, xb = _samples(a, b)
-    n = int(xa.size + xb.size)
-    if xa.size == 0 or xb.size == 0:
-        return _not_enough("ks_two_sample", alpha, n, f"n_a={xa.size}, n_b={xb.size}")
-    res = sps.ks_2samp(xa, xb)
-    d = float(res.statistic)
-    detail = f"n_a={xa.size}, n_b={xb.size}; effect is the KS distance D"
-    return TestResult("ks_two_sample", d, float(res.pvalue), alpha, n, None, None, d, detail)
-
-
-def mann_whitney(a: npt.ArrayLike, b: npt.ArrayLike, *, alpha: float) -> TestResult:
-    """Mann-Whitney U test (``scipy.stats.mannwhitneyu``, two-sided, tie-corrected).
-
-    H0: ``P(A > B) = P(B > A)`` for ``A`` from ``a`` and ``B`` from ``b``. ``statistic`` is
-    ``U_a``; ``effect`` is the common-language effect size ``U_a / (n_a n_b) = P(A > B) +
-    P(A = B) / 2`` (McGraw & Wong 1992), 0.5 under H0. ``power`` is None (alternative-specific).
-    When every value is equal there is no ordering to test and p is 1.
-    """
-    _check_alpha(alpha)
-    xa, xb = _samples(a, b)
-    n = int(xa.size + xb.size)
-    if xa.size == 0 or xb.size == 0:
-        return _not_enough("mann_whitney", alpha, n, f"n_a={xa.size}, n_b={xb.size}")
-    detail = f"n_a={xa.size}, n_b={xb.size}; effect is P(A > B) + P(A = B) / 2"
-    if np.all(np.concatenate([xa, xb]) == xa[0]):
-        u_a, p = xa.size * xb.size / 2.0, 1.0
-        detail += "; every value is equal"
-    else:
-        res = sps.mannwhitneyu(xa, xb, alternative="two-sided")
-        u_a, p = float(res.statistic), float(res.pvalue)
-    cles = u_a / (xa.size * xb.size)
-    return TestResult("mann_whitney", u_a, p, alpha, n, None, None, cles, detail)
-
-
-def _pvals(p_values: Sequence[float]) -> FloatArray:
-    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
-    if p.size and (np.isnan(p).any() or p.min() < 0.0 or p.max() > 1.0):
-        raise ValueError(f"p-values must lie in [0, 1], got {p.tolist()}")
-    return p
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (Holm 1979, *Scand. J. Stat.* 6), in input order.
-
-    With ``p_(1) <= ... <= p_(m)``: ``adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j))``.
-    Rejecting ``adj < alpha`` controls the family-wise error rate at ``alpha``.
-    """
-    p = _pvals(p_values)
-    m = p.size
-    order = np.argsort(p, kind="stable")
-    stepped = np.minimum(1.0, (m - np.arange(m)) * p[order])
-    adj = np.empty(m)
-    adj[order] = np.maximum.accumulate(stepped)
-    return [float(v) for v in adj]
-
-
-def benjamini_hochberg(p_values: Sequence[float]) -> list[float]:
-    """Benjamini-Hochberg adjusted p-values (Benjamini & Hochberg 1995, *JRSS B* 57), in input
-    order: ``adj_(i) = min_{j >= i} min(1, m p_(j) / j)``
-    (``scipy.stats.false_discovery_control(method="bh")``). Rejecting ``adj < q`` controls the
-    false discovery rate at ``q`` for independent or positively dependent tests.
-    """
-    p = _pvals(p_values)
-    if p.size == 0:
-        return []
-    adj = sps.false_discovery_control(p, method="bh")
-    return [float(v) for v in np.atleast_1d(adj)]

@@ -1,0 +1,71 @@
+"""`TestResult`, the outcome every test of `equiv.verdicts.stats` returns, and the checks the
+tests share (the level ``alpha``, too little data)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.errors import ConfigError
+
+__all__ = ["FloatArray", "TestResult", "check_alpha", "not_enough"]
+
+FloatArray = npt.NDArray[np.float64]
+_KINDS: dict[str, type] = {"str": str, "int": int, "float": float}
+
+
+def _fields_from(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """A dataclass's fields from a JSON record, each coerced to its annotated type."""
+    fields = dataclasses.fields(cls)
+    missing = [f.name for f in fields if f.name not in data]
+    if missing:
+        raise ValueError(f"{cls.__name__} record lacks {missing}; re-run the comparison")
+    kinds = {
+        f.name: _KINDS[kind] for f in fields if (kind := str(f.type).split(" | ")[0]) in _KINDS
+    }
+    return {k: None if data[k] is None else kinds[k](data[k]) for k in kinds}
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One hypothesis test's outcome; ``rejects`` is ``p_value < alpha``. ``n``: sample size;
+    ``df``: degrees of freedom; ``power``: chance to reject at the effect size ``detail`` names
+    (None if not computable); ``effect``: the observed effect size, of the kind ``detail`` names.
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite its name
+
+    name: str
+    statistic: float
+    p_value: float
+    alpha: float
+    n: int
+    df: int | None
+    power: float | None
+    effect: float | None
+    detail: str
+
+    @property
+    def rejects(self) -> bool:
+        return self.p_value < self.alpha
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TestResult:
+        return cls(**_fields_from(cls, data))
+
+
+def check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise ConfigError(f"alpha={alpha!r} is outside (0, 1); pass a value such as 0.01")
+
+
+def not_enough(name: str, alpha: float, n: int, why: str) -> TestResult:
+    return TestResult(name, 0.0, 1.0, alpha, n, None, 0.0, None, f"not enough data: {why}")
