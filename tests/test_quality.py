@@ -8,18 +8,16 @@ import numpy as np
 import pytest
 
 from equiv.verdicts.graders import Outcome
-from equiv.verdicts.quality import (
-    GradedSample,
+from equiv.verdicts.pass_rates import (
     QualityAnswer,
     exact_mcnemar,
     paired_difference,
-    quality,
-    samples_from_records,
     stratified_difference,
     units_needed,
     units_to_detect,
     wilson,
 )
+from equiv.verdicts.quality import GradedSample, quality, samples_from_records
 
 P, F, E = Outcome.PASS, Outcome.FAIL, Outcome.ERROR
 
@@ -282,7 +280,7 @@ def test_diagnose_ends_with_the_quality_answer() -> None:
 def test_with_both_modes_graded_each_answers_at_half_the_level() -> None:
     """The run's "quality dropped" is either mode's drop: each mode tests at alpha / 2, so the
     run's false-alarm rate stays at alpha (Bonferroni)."""
-    from equiv.verdicts.quality import QUALITY_ALPHA
+    from equiv.verdicts.pass_rates import QUALITY_ALPHA
     from equiv.verdicts.summary import summarize
 
     temp0 = [_record(f"code/p{i}", "pass", "pass", "equivalent") for i in range(4)]

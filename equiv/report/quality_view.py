@@ -12,7 +12,8 @@ from markupsafe import Markup
 
 from equiv.report.svg import grouped_chart
 from equiv.verdicts.graders import Grade
-from equiv.verdicts.quality import Quality, Rate, SuiteQuality
+from equiv.verdicts.pass_rates import Rate
+from equiv.verdicts.quality import Quality, SuiteQuality
 
 __all__ = ["FlipRow", "QualitySection", "QualityView", "quality_view"]
 

@@ -23,14 +23,8 @@ from equiv.records import (
 )
 from equiv.records.verdict import Label
 from equiv.verdicts.classify import run_verdict
-from equiv.verdicts.quality import (
-    DEFAULT_MARGIN_POINTS,
-    QUALITY_ALPHA,
-    Quality,
-    quality,
-    samples_from_records,
-    wilson,
-)
+from equiv.verdicts.pass_rates import QUALITY_ALPHA, wilson
+from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS, Quality, quality, samples_from_records
 from equiv.verdicts.run_drift import RunDrift, run_drift
 
 __all__ = [
