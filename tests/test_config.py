@@ -89,7 +89,7 @@ def test_sampling_values_that_are_not_numbers_are_named():
 
 
 def _toml(tmp_path, text):
-    from equiv.options import merge_toml
+    from equiv.options.config_file import merge_toml
 
     path = tmp_path / "equiv.toml"
     path.write_text(text, encoding="utf-8")
@@ -137,3 +137,13 @@ def test_a_toml_config_of_the_wrong_type_is_an_error_without_traceback(tmp_path,
     err = capsys.readouterr().err
     assert "max_tokens must be an integer" in err
     assert "Traceback" not in err
+
+
+def test_every_option_with_a_converter_has_a_toml_type():
+    """A converter missing from the TOML type table would make its option's TOML value a string."""
+    from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS
+
+    untyped = [
+        o.name for o in (*RUN_OPTIONS, *PLUGIN_OPTIONS) if o.kind == "string" and o.type is not str
+    ]
+    assert untyped == []

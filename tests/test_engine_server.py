@@ -32,7 +32,7 @@ from equiv.engines.server.process import (
 )
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import ConfigError, EngineError
-from equiv.options import engine_options
+from equiv.options.build import engine_options
 from equiv.prompts import Prompt
 from equiv.records import ResultsFile
 from equiv.run.plan import plan

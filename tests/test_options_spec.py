@@ -7,7 +7,9 @@ import pytest
 
 from equiv.config import Mode
 from equiv.errors import ConfigError
-from equiv.options import add_arguments, build_config, merge_toml, spec_overrides
+from equiv.options.build import build_config, spec_overrides
+from equiv.options.config_file import merge_toml
+from equiv.options.table import add_arguments
 
 
 def _parse(*argv):

@@ -107,7 +107,7 @@ def map_pair(
 def run_command(values: Mapping[str, Any], *, mode: str, out: Path | str) -> list[str]:
     """The ``equiv run`` command line (argv, from ``run``) of mapped option values: what a
     user copies to rerun one part of a diagnosis."""
-    from equiv.options import RUN_OPTIONS
+    from equiv.options.table import RUN_OPTIONS
 
     argv = ["run", "--mode", mode]
     for opt in RUN_OPTIONS:

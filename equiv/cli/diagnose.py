@@ -305,7 +305,7 @@ _DIRECT = (*_SAMPLING, "repeat_penalty", "n_batch", "n_ubatch")
 def map_to_run(
     cmd: LlamaCommand, *, cpu_count: int | None = None, server_bin: str | None = None
 ) -> RunMapping:
-    """Option values for `equiv.options.build_config` (``mode`` is set by the caller).
+    """Option values for `equiv.options.build.build_config` (``mode`` is set by the caller).
 
     When the command line names a llama-server binary that exists (or ``server_bin`` is given,
     or a llama-cli / llama-speculative has a llama-server beside it), the run starts *that*
@@ -535,7 +535,8 @@ def execute(
 
     from equiv.cli.deployments import run_command
     from equiv.cli.progress import Progress
-    from equiv.options import build_config, merge_toml
+    from equiv.options.build import build_config
+    from equiv.options.config_file import merge_toml
     from equiv.records import ResultsFile
     from equiv.report import write_report
     from equiv.report.summary_json import write_summary

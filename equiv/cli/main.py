@@ -19,7 +19,8 @@ from typing import Any
 
 from equiv import __version__
 from equiv.errors import DiskFullError, EquivError, ResultsError
-from equiv.options import add_arguments, build_config
+from equiv.options.build import build_config
+from equiv.options.table import add_arguments
 
 __all__ = ["main"]
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 if TYPE_CHECKING:
-    from equiv.options import Option
+    from equiv.options.table import Option
     from equiv.prompts import Prompt
     from equiv.pytest.session import Check, CheckSession, Policy
 
@@ -91,14 +91,14 @@ class EquivWarning(UserWarning):
 # -- settings: command line, ini, TOML, defaults ---------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class _Settings:
-    values: dict[str, Any]  # merged option values, as `equiv.options.build_config` takes them
+    values: dict[str, Any]  # merged option values, as `equiv.options.build.build_config` takes them
     modes: tuple[str, ...]
     policy: Policy
     report: Path | None
 
 
 def _options() -> tuple[Option, ...]:
-    from equiv.options import PLUGIN_OPTIONS, RUN_OPTIONS
+    from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS
 
     return (*RUN_OPTIONS, *PLUGIN_OPTIONS)
 
@@ -136,7 +136,7 @@ def _tool_equiv(rootpath: Path) -> str | None:
 
 def _read_settings(config: pytest.Config) -> _Settings:
     from equiv.errors import EquivError
-    from equiv.options import merge_toml
+    from equiv.options.config_file import merge_toml
     from equiv.pytest.session import Policy
     from equiv.records.verdict import Label
 

@@ -230,8 +230,8 @@ def divergence_line(record: ResultRecord | AnalysisRecord) -> str:
 class CheckSession:
     """Runs checks on models loaded on first use, once: every mode shares the same engines.
 
-    ``values`` are merged option values (`equiv.options.merge_toml`); the runners write to a
-    private temporary directory, removed by `close`.
+    ``values`` are merged option values (`equiv.options.config_file.merge_toml`); the runners
+    write to a private temporary directory, removed by `close`.
     """
 
     def __init__(
@@ -262,7 +262,7 @@ class CheckSession:
         return self._runners[mode]
 
     def _make_runner(self, mode: str) -> Runner:
-        from equiv.options import build_config
+        from equiv.options.build import build_config
         from equiv.run.execute import open_runner
 
         self._tmp = self._tmp or tempfile.mkdtemp(prefix="equiv-checks-")

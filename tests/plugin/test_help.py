@@ -2,7 +2,7 @@
 
 import pytest
 
-from equiv.options import PLUGIN_OPTIONS, RUN_OPTIONS
+from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS
 from equiv.pytest import plugin
 
 pytest_plugins = ["pytester"]

@@ -1,44 +1,27 @@
 """The run options, defined once and shared by the command line and the pytest plugin.
 
 Each `Option` becomes ``--name`` for ``equiv run`` and ``--equiv-name`` for pytest, and the same
-key in a TOML config (``[tool.equiv]``, with dashes or underscores). `build_config` turns the values
-into a `RunConfig`, resolving the model pair.
+key in a TOML config (``[tool.equiv]``, with dashes or underscores). Its converter checks a value
+as the command line, the ini file and the TOML config all need it checked.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from equiv.config import (
-    DEFAULT_DRAFT_QUANT,
-    DRAFT_QUANTS,
-    DraftConfig,
-    Mode,
-    RunConfig,
-    SamplingConfig,
-    load_toml,
-    validate_quality_margin,
-    validate_sampling,
-)
-from equiv.errors import ConfigError, describe
-
-if TYPE_CHECKING:
-    from equiv.models.pair import ModelPair
+from equiv.config import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS, Mode, validate_quality_margin
+from equiv.errors import ConfigError
 
 __all__ = [
     "PLUGIN_OPTIONS",
     "RUN_OPTIONS",
     "Option",
     "add_arguments",
-    "build_config",
-    "engine_options",
-    "merge_toml",
-    "spec_overrides",
+    "on_off",
+    "split_list",
 ]
 
 
@@ -60,6 +43,11 @@ class Option:
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
+
+    @property
+    def kind(self) -> str:
+        """The TOML type this option's value must have: "integer", "number" or "string"."""
+        return _KINDS.get(self.type, "string")
 
 
 def _margin(text: str) -> float:
@@ -339,7 +327,7 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
 )
 
 
-def _on_off(text: str) -> bool:
+def on_off(text: str) -> bool:
     """llama.cpp's ``on|off`` (and ``true|false``, ``1|0``) for a switch."""
     value = text.strip().lower()
     if value in ("on", "true", "1", "yes"):
@@ -347,6 +335,27 @@ def _on_off(text: str) -> bool:
     if value in ("off", "false", "0", "no"):
         return False
     raise argparse.ArgumentTypeError(f"{text!r}: give on or off")
+
+
+#: The TOML type each option's argparse converter expects: "integer", "number" or "string".
+_KINDS: dict[Callable[[str], Any], str] = {
+    int: "integer",
+    _seeds: "integer",
+    _concurrency: "integer",
+    float: "number",
+    _rate: "number",
+    _margin: "number",
+    str: "string",
+}
+
+
+def split_list(value: Any) -> list[str]:
+    """A repeatable option's value (a string, a list of them, or None) as its items: comma lists
+    split, blanks dropped."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else list(value)
+    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
 
 
 def add_arguments(
@@ -359,7 +368,7 @@ def add_arguments(
                 *names,
                 nargs="?",
                 const=True,
-                type=_on_off,
+                type=on_off,
                 metavar="on|off",
                 default=None,
                 help=opt.help,
@@ -375,241 +384,3 @@ def add_arguments(
                 default=None,
                 help=f"{opt.help}" + (f" [{opt.default}]" if opt.default else ""),
             )
-
-
-def merge_toml(
-    values: Mapping[str, Any], options: tuple[Option, ...] = RUN_OPTIONS
-) -> dict[str, Any]:
-    """Explicit values win over the TOML file named by ``config``, which wins over defaults."""
-    merged: dict[str, Any] = {}
-    toml: dict[str, Any] = {}
-    if values.get("config"):
-        toml = {k.replace("-", "_"): v for k, v in load_toml(values["config"]).items()}
-    toml = _spec_from_toml(toml, values.get("config"))
-    known = {o.dest for o in options}
-    unknown = sorted(set(toml) - known - {o.dest for o in PLUGIN_OPTIONS})
-    if unknown:
-        raise ConfigError(f"unknown option(s) in {values['config']!r}: {', '.join(unknown)}")
-    by_dest = {o.dest: o for o in (*RUN_OPTIONS, *PLUGIN_OPTIONS)}
-    for key, value in toml.items():
-        toml[key] = _toml_value(by_dest[key], key, value, values["config"])
-    for opt in options:
-        value = values.get(opt.dest)
-        if value is None:
-            value = toml.get(opt.dest)
-        if value is None:
-            value = opt.default
-        if opt.multiple:
-            value = _split_list(value)
-        if opt.dest == "spec" and values.get("spec"):  # per key: the command line adds to TOML
-            value = [*_split_list(toml.get("spec")), *value]
-        merged[opt.dest] = value
-    return merged
-
-
-#: The TOML type each option's argparse converter expects: "integer", "number" or "string".
-_KINDS: dict[Callable[[str], Any], str] = {
-    int: "integer",
-    _seeds: "integer",
-    _concurrency: "integer",
-    float: "number",
-    _rate: "number",
-    _margin: "number",
-    str: "string",
-}
-
-
-def _toml_value(opt: Option, key: str, value: Any, path: str) -> Any:
-    """A TOML value checked against its option's type, as the command line would check it; a
-    wrong one names the key, the type expected and the value found."""
-    where = f"config file {path!r}: {key}"
-
-    def wrong(expected: str) -> ConfigError:
-        example = f" (e.g. {key} = {opt.default!r})" if opt.default is not None else ""
-        example = example.replace("'", '"')
-        return ConfigError(f"{where} must be {expected}{example}, found {describe(value)}")
-
-    if opt.flag:
-        if not isinstance(value, bool):
-            raise wrong("true or false")
-        return value
-    if opt.multiple:
-        items = value if isinstance(value, list) else [value]
-        if not all(isinstance(item, str) for item in items):
-            raise wrong("a string or a list of strings")
-        return value
-    kind = _KINDS.get(opt.type, "string")
-    if kind == "integer":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        expected = "an integer"
-    elif kind == "number":
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        ok = ok and math.isfinite(value)
-        expected = "a finite number"
-    else:
-        ok = isinstance(value, str)
-        expected = "a string"
-    if not ok:
-        raise wrong(expected)
-    if opt.choices is not None and value not in opt.choices:
-        raise ConfigError(
-            f"{where} must be one of {', '.join(opt.choices)}, found {describe(value)}"
-        )
-    if opt.type not in (int, float, str):
-        try:
-            opt.type(str(value))  # the range checks of the command line
-        except (argparse.ArgumentTypeError, ValueError) as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-    return value
-
-
-#: TOML spellings of the speculative path's own settings, beside ``spec = ["n_ctx=1024"]``.
-_SPEC_TABLE, _SPEC_PAIRS = "speculative", "spec_overrides"
-
-
-def _spec_from_toml(toml: dict[str, Any], where: Any) -> dict[str, Any]:
-    """``[tool.equiv.speculative]`` (a table) and ``spec_overrides = [["n_ctx", 1024]]`` (pairs)
-    as ``spec`` entries ``KEY=VALUE``."""
-    entries = _split_list(toml.get("spec"))
-    table = toml.get(_SPEC_TABLE, {})
-    if not isinstance(table, Mapping):
-        raise ConfigError(
-            f"speculative = {table!r} in {where!r}: make it a table, [tool.equiv.speculative]"
-        )
-    pairs = toml.get(_SPEC_PAIRS, [])
-    bad = [p for p in pairs if not (isinstance(p, list | tuple) and len(p) == 2)]
-    if not isinstance(pairs, list | tuple) or bad:
-        raise ConfigError(
-            f"spec_overrides = {pairs!r} in {where!r}: give [KEY, VALUE] pairs, e.g. "
-            '[["n_ctx", 1024]]'
-        )
-    entries += [f"{k}={_toml_text(v)}" for k, v in [*table.items(), *pairs]]
-    rest = {k: v for k, v in toml.items() if k not in (_SPEC_TABLE, _SPEC_PAIRS)}
-    return {**rest, "spec": entries} if entries else rest
-
-
-def _toml_text(value: Any) -> str:
-    return ("on" if value else "off") if isinstance(value, bool) else str(value)
-
-
-def spec_overrides(entries: Any) -> tuple[tuple[str, Any], ...]:
-    """``["n_ctx=1024", "temp=0.7"]`` -> ``(("n_ctx", 1024), ("temp", 0.7))``, each value of the
-    type its run option has (``RunConfig`` then refuses a key it cannot override)."""
-    by_dest = {o.dest: o for o in RUN_OPTIONS}
-    by_dest["n_threads"] = by_dest["threads"]
-    out: list[tuple[str, Any]] = []
-    for entry in _split_list(entries):
-        key, sep, raw = entry.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise ConfigError(f"--spec {entry!r}: give KEY=VALUE, e.g. --spec n_ctx=1024")
-        opt = by_dest.get(key)
-        try:
-            if opt is not None and opt.flag:
-                value: Any = _on_off(raw)
-            elif opt is not None:
-                value = opt.type(raw.strip())
-            else:  # a sampling field without a run option of its own (typical_p, ...)
-                value = float(raw)
-        except (ValueError, TypeError, argparse.ArgumentTypeError) as exc:
-            raise ConfigError(f"--spec {entry!r}: {exc}") from None
-        out.append(("n_threads" if key == "threads" else key, value))
-    return tuple(out)
-
-
-def _split_list(value: Any) -> list[str]:
-    if value is None:
-        return []
-    items = [value] if isinstance(value, str) else list(value)
-    return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
-
-
-def engine_options(
-    values: Mapping[str, Any], engine: str, *, workdir: str | Path | None = None
-) -> tuple[tuple[str, Any], ...]:
-    """The options of ``engine`` among merged option values, as `RunConfig.engine_options`;
-    an option of another engine given a value is an error. ``workdir`` (where the run writes)
-    lets an engine keep its logs beside the results."""
-    name = engine.partition(":")[0]
-    own: list[tuple[str, Any]] = []
-    for opt in RUN_OPTIONS:
-        if opt.engine is None:
-            continue
-        value = values.get(opt.dest)
-        if opt.engine == name:
-            if value is not None:
-                own.append((opt.dest, value))
-        elif value is not None and value != opt.default:
-            raise ConfigError(
-                f"--{opt.name} only applies to the {opt.engine} engine (the engine is "
-                f"{engine!r}); add --engine {opt.engine} or drop --{opt.name}"
-            )
-    if own and workdir is not None:
-        own.append(("log_dir", str(workdir)))
-    return tuple(own)
-
-
-def build_config(
-    values: Mapping[str, Any], *, workdir: str | Path | None = None
-) -> tuple[RunConfig, ModelPair]:
-    """A `RunConfig` from merged option values; resolves (and if needed derives) the models.
-    ``workdir``: the run's results directory (an engine may keep its logs there)."""
-    v = merge_toml(values)
-    # Every sampling value is checked whatever the mode (temp 0 ignores them, but a value no
-    # run could use is a mistake to point out), before any model file is read.
-    validate_sampling(
-        temp=v["temp"],
-        top_k=v["top_k"],
-        top_p=v["top_p"],
-        min_p=v["min_p"],
-        typical_p=1.0,
-        repeat_penalty=v["repeat_penalty"],
-    )
-    from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
-
-    pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"])
-    try:
-        mode = Mode(v["mode"])
-    except ValueError:
-        raise ConfigError(
-            f"mode {v['mode']!r} is not one of {', '.join(m.value for m in Mode)}; "
-            "'both' is for the pytest plugin (--equiv-mode both)"
-        ) from None
-    sampling = (
-        SamplingConfig(temp=0.0)
-        if mode is Mode.TEMP0
-        else SamplingConfig(
-            temp=v["temp"],
-            top_k=v["top_k"],
-            top_p=v["top_p"],
-            min_p=v["min_p"],
-            repeat_penalty=v["repeat_penalty"],
-        )
-    )
-    seeds: tuple[int, ...] = ()
-    if mode is Mode.SAMPLING:
-        seeds = tuple(range(v["seed_start"], v["seed_start"] + v["seeds"]))
-    extra = {} if v["threads"] is None else {"n_threads": v["threads"]}
-    config = RunConfig(
-        target=pair.target,
-        draft=pair.draft,
-        suites=tuple(v["suite"]),
-        mode=mode,
-        sampling=sampling,
-        draft_config=DraftConfig(
-            draft_max=v["draft_max"], draft_min=v["draft_min"], p_min=v["draft_p_min"]
-        ),
-        seeds=seeds,
-        max_tokens=v["max_tokens"],
-        n_ctx=v["n_ctx"],
-        n_batch=v["n_batch"],
-        n_ubatch=v["n_ubatch"],
-        flash_attn=bool(v["flash_attn"]),
-        engine=v["engine"],
-        alpha=v["alpha"],
-        quality_margin=v["quality_margin"],
-        engine_options=engine_options(v, v["engine"], workdir=workdir),
-        spec_overrides=spec_overrides(v["spec"]),
-        **extra,
-    )
-    return config, pair
