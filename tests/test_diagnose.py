@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from equiv.cli.diagnose import findings, map_to_run, parse_command
+from equiv.cli.diagnose.command import parse_command
+from equiv.cli.diagnose.findings import findings
+from equiv.cli.diagnose.mapping import map_to_run
 from equiv.cli.main import main
 from equiv.errors import ConfigError
 
@@ -161,8 +163,6 @@ def test_diagnose_runs_and_prints_a_verdict(
 
 # -- what a user reads and copies (issue 15, item 11) and two deployments (item 13) ------------
 def test_gpu_users_hear_whether_their_kernels_were_tested() -> None:
-    from equiv.cli.diagnose import findings
-
     cmd = parse_command("llama-server -m t.gguf -md d.gguf -ngl 99")
     (cpu,) = [f for f in findings(cmd) if f.title == "-ngl 99"]
     assert "NOT what it tests" in cpu.explanation
@@ -173,7 +173,7 @@ def test_gpu_users_hear_whether_their_kernels_were_tested() -> None:
 
 
 def test_jinja_is_understood_and_passed_to_the_users_server() -> None:
-    from equiv.cli.diagnose import findings, pass_through
+    from equiv.cli.diagnose.mapping import pass_through
 
     cmd = parse_command("llama-server --jinja -m t.gguf -ngl 99")
     assert any(f.title == "--jinja" for f in findings(cmd))
@@ -184,7 +184,7 @@ def test_jinja_is_understood_and_passed_to_the_users_server() -> None:
 def test_the_mapping_prints_as_a_runnable_equiv_run(capsys, tmp_path) -> None:
     import shlex
 
-    from equiv.cli.deployments import run_command
+    from equiv.cli.diagnose.mapping import run_command
     from equiv.cli.main import _parser
 
     values = {"temp": 0.2, "n_ctx": 4096, "flash_attn": True, "prompt": ["code/*", "chat/*"]}
@@ -211,7 +211,7 @@ def test_dry_run_prints_a_copyable_command_not_a_dict(capsys) -> None:
 
 
 def test_thin_evidence_says_how_many_seeds_would_decide() -> None:
-    from equiv.cli.diagnose import seeds_needed
+    from equiv.cli.diagnose.verdict import seeds_needed
     from equiv.records.kinds import AnalysisRecord
     from equiv.records.verdict import Label, Verdict
 
@@ -225,7 +225,8 @@ def test_thin_evidence_says_how_many_seeds_would_decide() -> None:
 
 
 def test_two_command_lines_reproduce_two_deployments_that_differ() -> None:
-    from equiv.cli.deployments import map_pair, split_commands
+    from equiv.cli.diagnose.command import split_commands
+    from equiv.cli.diagnose.deployments import map_pair
 
     words = ["--", "llama-server", "-m", "t.gguf", "-c", "4096", "--temp", "0.7", "--",
              "llama-server", "-m", "t.gguf", "-md", "d.gguf", "-c", "2048", "--temp", "0.7",
@@ -242,7 +243,8 @@ def test_two_command_lines_reproduce_two_deployments_that_differ() -> None:
 
 
 def test_a_setting_given_to_the_baseline_only_is_a_finding() -> None:
-    from equiv.cli.deployments import map_pair, split_commands
+    from equiv.cli.diagnose.command import split_commands
+    from equiv.cli.diagnose.deployments import map_pair
 
     words = ["--", "llama-server", "-m", "t.gguf", "-c", "4096", "--top-k", "20", "--",
              "llama-server", "-m", "t.gguf", "-md", "d.gguf", "--top-k", "20"]  # fmt: skip

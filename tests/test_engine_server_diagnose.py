@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from equiv.cli.diagnose import map_to_run, parse_command, pass_through, user_server
+from equiv.cli.diagnose.command import parse_command
+from equiv.cli.diagnose.mapping import map_to_run, pass_through, user_server
 from equiv.cli.main import main
 from equiv.errors import ConfigError
 from equiv.models.pair import cache_dir

@@ -263,7 +263,7 @@ def test_the_plugin_session_fails_on_a_significant_drop_only_when_asked() -> Non
 
 
 def test_diagnose_ends_with_the_quality_answer() -> None:
-    from equiv.cli.diagnose import verdict_lines
+    from equiv.cli.diagnose.verdict import verdict_lines
     from equiv.verdicts.summary import summarize
 
     graded = summarize([_record(f"code/p{i}", "pass", "fail", "sampler-bug") for i in range(6)])

@@ -363,13 +363,17 @@ def _cmd_check_draft(args: argparse.Namespace) -> int:
 def _cmd_diagnose(args: argparse.Namespace) -> int:
     import shlex
 
-    from equiv.cli import deployments, diagnose
+    from equiv.cli.diagnose.command import parse_command, split_commands
+    from equiv.cli.diagnose.deployments import map_pair
+    from equiv.cli.diagnose.findings import findings
+    from equiv.cli.diagnose.mapping import map_to_run, run_command
+    from equiv.cli.diagnose.run import DEFAULT_PROMPTS, execute
 
-    commands = [diagnose.parse_command(w) for w in deployments.split_commands(args.llama)]
+    commands = [parse_command(w) for w in split_commands(args.llama)]
     if len(commands) == 2:  # baseline -- speculative: two deployments that may differ
-        mapping, differ = deployments.map_pair(*commands, server_bin=args.server_bin)
+        mapping, differ = map_pair(*commands, server_bin=args.server_bin)
     else:
-        mapping, differ = diagnose.map_to_run(commands[0], server_bin=args.server_bin), []
+        mapping, differ = map_to_run(commands[0], server_bin=args.server_bin), []
     for role, cmd in zip(("baseline: ", "speculative: "), commands, strict=False):
         role = role if len(commands) == 2 else ""
         settings = ", ".join(f"{k}={v}" for k, v in cmd.settings.items())
@@ -380,21 +384,19 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     own_server = mapping.values.get("engine") == "server"
     shown = dict.fromkeys(
-        f.text() for cmd in commands for f in diagnose.findings(cmd, own_server=own_server)
+        f.text() for cmd in commands for f in findings(cmd, own_server=own_server)
     )
     for text in [*shown, *(f.text() for f in differ)]:
         print(text)
     out = Path(args.out or f"reports/diagnose-{time.strftime('%Y%m%d-%H%M%S')}")
-    prompts = args.prompt or list(diagnose.DEFAULT_PROMPTS)
+    prompts = args.prompt or list(DEFAULT_PROMPTS)
     values = {"temp": mapping.user_temp, **mapping.values, "prompt": prompts}
     values["max_tokens"] = args.max_tokens
-    argv = deployments.run_command(values, mode="temp0", out=out / "temp0")
+    argv = run_command(values, mode="temp0", out=out / "temp0")
     print(f"the same check by hand: equiv {shlex.join(argv)}")
     if args.dry_run:
         return 0
-    return diagnose.execute(
-        mapping, prompts=prompts, max_tokens=args.max_tokens, seeds=args.seeds, out=out
-    )
+    return execute(mapping, prompts=prompts, max_tokens=args.max_tokens, seeds=args.seeds, out=out)
 
 
 def _cmd_minimize(args: argparse.Namespace) -> int:

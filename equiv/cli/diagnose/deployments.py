@@ -1,18 +1,17 @@
-"""Two deployments and the command that reruns a diagnosis: ``equiv diagnose -- BASELINE_CMD --
-SPECULATIVE_CMD`` maps two llama.cpp command lines onto one equiv run whose speculative path
-carries each setting in which they differ (`RunConfig.spec_overrides`), and `run_command` writes
-mapped values as the ``equiv run`` command a user copies."""
+"""Two deployments: ``equiv diagnose -- BASELINE_CMD -- SPECULATIVE_CMD`` maps two llama.cpp
+command lines onto one equiv run whose speculative path carries each setting in which they differ
+(`RunConfig.spec_overrides`), with a finding per difference."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from equiv.cli.diagnose import Finding, LlamaCommand, RunMapping, map_to_run
+from equiv.cli.diagnose.command import LlamaCommand
+from equiv.cli.diagnose.findings import Finding
+from equiv.cli.diagnose.mapping import RunMapping, map_to_run
 from equiv.errors import ConfigError
 
-__all__ = ["map_pair", "run_command", "split_commands"]
+__all__ = ["map_pair"]
 
 
 #: Settings two deployments may differ in that equiv reproduces as speculative-path overrides
@@ -30,25 +29,6 @@ _PER_PATH = {
     "min_p": "min_p",
     "repeat_penalty": "repeat_penalty",
 }
-
-
-def split_commands(words: Sequence[str]) -> list[list[str]]:
-    """``-- CMD`` or ``-- BASELINE_CMD -- SPECULATIVE_CMD``: the command lines after ``--``."""
-    words = list(words)
-    if words and words[0] == "--":
-        words = words[1:]
-    parts: list[list[str]] = [[]]
-    for word in words:
-        if word == "--":
-            parts.append([])
-        else:
-            parts[-1].append(word)
-    if len(parts) > 2:
-        raise ConfigError(
-            f"equiv diagnose takes one command line, or two (baseline -- speculative); got "
-            f"{len(parts)} separated by --"
-        )
-    return parts
 
 
 def map_pair(
@@ -102,23 +82,3 @@ def map_pair(
     if overrides:
         notes += (f"speculative path only: {', '.join(overrides)}",)
     return RunMapping(values, notes, spec.runs), found
-
-
-def run_command(values: Mapping[str, Any], *, mode: str, out: Path | str) -> list[str]:
-    """The ``equiv run`` command line (argv, from ``run``) of mapped option values: what a
-    user copies to rerun one part of a diagnosis."""
-    from equiv.options.table import RUN_OPTIONS
-
-    argv = ["run", "--mode", mode]
-    for opt in RUN_OPTIONS:
-        value = values.get(opt.dest)
-        if value is None or opt.name == "mode" or value is False:
-            continue
-        if opt.flag:
-            argv.append(f"--{opt.name}")
-        elif opt.multiple:
-            for item in [value] if isinstance(value, str) else value:
-                argv += [f"--{opt.name}", str(item)]
-        else:
-            argv += [f"--{opt.name}", str(value)]
-    return [*argv, "--out", str(out)]

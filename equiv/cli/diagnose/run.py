@@ -1,0 +1,83 @@
+"""A diagnosis run: temp 0, and the user's temperature when they sample, each with progress,
+its summary.json and report.html, the ``equiv run`` command that reruns it, and the verdict."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from equiv.cli.diagnose.mapping import RunMapping, run_command
+from equiv.cli.diagnose.verdict import verdict_lines
+
+if TYPE_CHECKING:
+    from equiv.verdicts.summary import Summary
+
+__all__ = ["DEFAULT_PROMPTS", "execute"]
+
+#: A small spread over the built-in suites, so a diagnosis finishes in a few minutes on a CPU.
+_SOME = ("code/fib_lt", "code/py_binary_search", "reasoning/add_two_digit", "chat/capital_france")
+DEFAULT_PROMPTS = (*_SOME, "multilingual/de_berlin", "multilingual/ru_capital")
+
+
+def execute(
+    mapping: RunMapping,
+    *,
+    prompts: Sequence[str],
+    max_tokens: int | None,
+    seeds: int,
+    out: Path,
+    echo: Callable[[str], None] = print,
+    console: Any = None,
+) -> int:
+    """Run temp 0 and (if the user samples) the user's temperature, with progress on
+    ``console`` (stderr by default); write each run's summary.json and report.html; echo the
+    ``equiv run`` command that reruns each, and the verdict."""
+    from rich.console import Console
+
+    from equiv.cli.progress import Progress
+    from equiv.options.build import build_config
+    from equiv.options.config_file import merge_toml
+    from equiv.records import ResultsFile
+    from equiv.report import write_report
+    from equiv.report.summary_json import write_summary
+    from equiv.run.execute import run_plan
+    from equiv.run.plan import plan, select_prompts
+
+    values = {"temp": mapping.user_temp, **mapping.values, "prompt": list(prompts)}
+    values["max_tokens"] = max_tokens
+    modes = ["temp0"] + (["sampling"] if mapping.user_temp > 0 else [])
+    summaries: dict[str, Summary] = {}
+    for mode in modes:
+        run_values = {**values, "mode": mode, "seeds": seeds if mode == "sampling" else None}
+        config, pair = build_config(run_values, workdir=out / mode)
+        chosen = select_prompts(config.suites, values["prompt"])
+        total = len(plan(chosen, config))
+        argv = run_command(run_values, mode=mode, out=out / mode)
+        echo(f"running {mode}: {total} generation pair(s) -> {out / mode}")
+        echo(f"  the same run by hand: equiv {shlex.join(argv)}")
+        with Progress(console or Console(stderr=True), total=total) as progress:
+            outcome = run_plan(
+                config, pair, chosen, out / mode, argv=argv, on_result=progress.update
+            )
+        if outcome.summary is None:
+            raise KeyboardInterrupt
+        summaries[mode] = outcome.summary
+        echo(f"  summary: {write_summary(outcome.results_path)}")
+        echo(f"  report: {write_report(outcome.results_path, out / mode / 'report.html')}")
+    temp0 = summaries["temp0"]
+    sampling = summaries.get("sampling")
+    analyses = ResultsFile(out / "sampling" / "results.jsonl").read().analyses if sampling else []
+    echo("")
+    for line in verdict_lines(
+        temp0,
+        sampling,
+        draft_max=merge_toml(values)["draft_max"],
+        user_temp=mapping.user_temp,
+        analyses=analyses,
+        seeds=seeds,
+    ):
+        echo(line)
+    failed = temp0.failed_controls + (sampling.failed_controls if sampling else [])
+    return 1 if failed else 0

@@ -1,0 +1,104 @@
+"""The verdict of a diagnosis in plain words, with the next step, worded from the summaries
+the runs wrote (no statistics are computed here)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from equiv.records.kinds import AnalysisRecord
+    from equiv.verdicts.summary import Summary
+
+__all__ = ["seeds_needed", "verdict_lines"]
+
+
+def seeds_needed(analyses: Sequence[AnalysisRecord], seeds: int) -> int | None:
+    """Seeds per prompt at which every inconclusive prompt's test reaches the power its verdict
+    asks for, from the tokens the classifier said it needs (None when it did not say)."""
+    from equiv.records.verdict import Label
+
+    needed = []
+    for record in analyses:
+        verdict = record.judged
+        need, have = verdict.evidence.get("tokens_needed"), verdict.evidence.get("tokens")
+        if verdict.label is Label.INCONCLUSIVE and need and have:
+            needed.append(math.ceil(seeds * need / have))
+    return max(needed) if needed else None
+
+
+def verdict_lines(
+    temp0: Summary,
+    sampling: Summary | None,
+    *,
+    draft_max: int,
+    user_temp: float,
+    analyses: Sequence[AnalysisRecord],
+    seeds: int | None = None,
+) -> list[str]:
+    """Plain-language verdict and next steps from the runs' `Summary` objects (``seeds``: the
+    seeds per prompt the sampling run used, to say how many would decide)."""
+    t = temp0.total
+    lines = [f"temp-0 outputs identical on {t.identical} of {t.prompts} prompts"]
+    verdict = temp0.verdict
+    if t.diverged:
+        lines.append(f"  {temp0.conclusion}")
+    if verdict.label.value in ("sampler-bug", "misconfiguration"):
+        lines.append(f"  next: read the evidence per prompt in the report; {verdict.reason}")
+    elif t.diverged:
+        lines.append(
+            "  next: numeric drift is expected on CPUs (batched verification vs one-token "
+            "decoding); it is not a bug in speculative decoding"
+        )
+    if sampling is not None:
+        p_values = [
+            t["p_adjusted"] for record in analyses for t in record.tests if "p_adjusted" in t
+        ]
+        powers = [r.judged.evidence.get("power") for r in analyses]
+        known = [p for p in powers if p is not None]
+        stats = [f"smallest adjusted p = {min(p_values):.2g}"] if p_values else []
+        if known and len(known) == len(powers):
+            stats.append(f"power {min(known):.2f} for Cohen's w >= 0.1")
+        detail = f" ({'; '.join(stats)})" if stats else ""
+        label = sampling.verdict.label.value
+        if label == "equivalent":
+            lines.append(
+                f"at temp {user_temp:g} no significant difference on {sampling.total.prompts} "
+                f"prompts{detail}: what you see between runs is sampling variance"
+            )
+        elif label == "inconclusive":
+            more = seeds_needed(analyses, seeds) if seeds else None
+            how = (
+                f"rerun with --seeds {more} (now {seeds}) or a larger --max-tokens"
+                if more
+                else "rerun with more --seeds or a larger --max-tokens"
+            )
+            lines.append(
+                f"at temp {user_temp:g} no test rejects, but the evidence is thin{detail}: {how}"
+            )
+        else:
+            lines.append(f"at temp {user_temp:g}: {sampling.conclusion}{detail}")
+    acc = t.acceptance
+    if acc is not None:
+        # Expected tokens per target pass at a per-token acceptance (Leviathan et al., eq. 1).
+        per_pass = (1 - acc ** (draft_max + 1)) / (1 - acc) if acc < 1 else draft_max + 1.0
+        line = (
+            f"draft-max {draft_max} gives acceptance {acc:.2f}: about {per_pass:.1f} tokens per "
+            f"target pass (at most {draft_max + 1})"
+        )
+        if acc < 0.6 and draft_max > 4:
+            line += "; try --draft-max 4"
+        lines.append(line)
+    # The last line answers the user's question: did quality drop, by how much at most (at the
+    # user's temperature when they sample, else at temp 0).
+    graded = [q for s in (sampling, temp0) if s is not None for q in s.quality]
+    if graded:
+        lines.extend(q.line for q in reversed(graded))
+        lines.append(graded[0].answer_line)
+    else:
+        lines.append(
+            "did quality drop? not measured: none of these prompts carries a grader "
+            "(the built-in suites do; prompts/README.md, Graded prompts)"
+        )
+    return lines
