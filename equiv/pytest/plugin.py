@@ -11,11 +11,14 @@ rootdir's pyproject.toml), the defaults. Relative paths are relative to the invo
 Under pytest-xdist each worker loads the models once and ships its result records on its test
 reports; only the controller sums them up, fails the session on a control or the drift rate, and
 writes ``--equiv-report``.
+
+This module holds the hooks, the items and the fixture; the settings are read by
+`equiv.pytest.settings`, the controller's side is `equiv.pytest.reporter`, and the checks run in
+`equiv.pytest.session`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
 import re
@@ -26,10 +29,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from equiv.pytest.reporter import CHECKS_ATTR, SESSION_ITEM, SETUP_ATTR, Reporter
+from equiv.pytest.settings import (
+    MODE_BOTH,
+    Settings,
+    choices,
+    ini_name,
+    option_name,
+    options,
+    read_settings,
+)
+
 if TYPE_CHECKING:
-    from equiv.options.table import Option
     from equiv.prompts import Prompt
-    from equiv.pytest.session import Check, CheckSession, Policy
+    from equiv.pytest.session import Check, CheckSession
 
 __all__ = [
     "CONFIG_OPTION",
@@ -61,23 +74,7 @@ REPORT_OPTION = "--equiv-report"
 FAIL_ON_OPTION = "--equiv-fail-on"
 WARN_ON_OPTION = "--equiv-warn-on"
 MAX_DRIFT_RATE_OPTION = "--equiv-max-drift-rate"
-#: ``--equiv-mode both`` runs every prompt at temp 0 and in sampling mode, on the same models.
-MODE_BOTH = "both"
-#: The test that fails when the session as a whole fails (a control, the drift rate).
-SESSION_ITEM = "equiv::session"
-_CHECKS_ATTR = "equiv_checks"  # the checks (plain data) a test report carries
-_SETUP_ATTR = "equiv_setup"  # the model load a set-up report carries: seconds, worker
 _IniType = Literal["bool", "linelist", "string"]
-
-
-def option_name(name: str) -> str:
-    """``max-tokens`` -> ``--equiv-max-tokens``."""
-    return f"--equiv-{name}"
-
-
-def ini_name(name: str) -> str:
-    """``max-tokens`` -> ``equiv_max_tokens`` (pytest ini key)."""
-    return "equiv_" + name.replace("-", "_")
 
 
 class EquivFailure(AssertionError):
@@ -88,82 +85,6 @@ class EquivWarning(UserWarning):
     """A check whose label is in ``--equiv-warn-on``."""
 
 
-# -- settings: command line, ini, TOML, defaults ---------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class _Settings:
-    values: dict[str, Any]  # merged option values, as `equiv.options.build.build_config` takes them
-    modes: tuple[str, ...]
-    policy: Policy
-    report: Path | None
-
-
-def _options() -> tuple[Option, ...]:
-    from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS
-
-    return (*RUN_OPTIONS, *PLUGIN_OPTIONS)
-
-
-def _choices(opt: Option) -> tuple[str, ...] | None:
-    return (*opt.choices, MODE_BOTH) if opt.choices and opt.name == "mode" else opt.choices
-
-
-def _value(config: pytest.Config, opt: Option) -> Any:
-    value = config.getoption("equiv_" + opt.dest)
-    if value is not None:
-        return value
-    raw = config.getini(ini_name(opt.name))
-    if raw is None or opt.flag or opt.multiple:
-        return raw or None  # an unset key, a bool, a list (the empty list: unset)
-    try:
-        value = opt.type(raw)
-    except (ValueError, TypeError) as exc:
-        raise pytest.UsageError(f"ini {ini_name(opt.name)} = {raw!r}: {exc}") from None
-    if (choices := _choices(opt)) and value not in choices:
-        raise pytest.UsageError(f"ini {ini_name(opt.name)} = {raw!r}: choose from {choices}")
-    return value
-
-
-def _tool_equiv(rootpath: Path) -> str | None:
-    """The rootdir's pyproject.toml if it has a ``[tool.equiv]`` table (`load_toml` gives the
-    whole file, with its ``tool`` or ``project`` table, when it has none)."""
-    from equiv.config import load_toml
-
-    path = rootpath / "pyproject.toml"
-    if path.is_file() and not {"tool", "project", "build-system"} & load_toml(path).keys():
-        return str(path)
-    return None
-
-
-def _read_settings(config: pytest.Config) -> _Settings:
-    from equiv.errors import EquivError
-    from equiv.options.config_file import merge_toml
-    from equiv.pytest.session import Policy
-    from equiv.records.verdict import Label
-
-    values = {opt.dest: _value(config, opt) for opt in _options()}
-    here = config.invocation_params.dir
-    try:
-        values["config"] = values["config"] or _tool_equiv(config.rootpath)
-        merged = merge_toml(values, _options())
-    except EquivError as exc:
-        raise pytest.UsageError(f"equiv: {exc}") from None
-    modes = ("temp0", "sampling") if merged["mode"] == MODE_BOTH else (str(merged["mode"]),)
-    if not set(modes) <= {"temp0", "sampling"}:
-        raise pytest.UsageError(f"{MODE_OPTION} {merged['mode']!r}: use temp0, sampling or both")
-    try:  # a label that is not one, a rate outside [0, 1]
-        policy = Policy(
-            fail_on=frozenset(Label(x) for x in merged["fail_on"]),
-            warn_on=frozenset(Label(x) for x in merged["warn_on"]),
-            max_drift_rate=merged["max_drift_rate"],
-            fail_on_quality_drop=bool(merged["fail_on_quality_drop"]),
-        )
-    except (ValueError, EquivError) as exc:
-        labels = ", ".join(label.value for label in Label)
-        raise pytest.UsageError(f"equiv: {exc} (labels: {labels})") from None
-    report = here / merged["report"] if merged["report"] else None
-    return _Settings(values=merged, modes=modes, policy=policy, report=report)
-
-
 class _State:
     """One process's equiv state: whether it was asked for, its settings, its models."""
 
@@ -172,17 +93,17 @@ class _State:
         self.requested = any(
             config.getoption("equiv_" + o.dest) is not None
             or config.getini(ini_name(o.name)) not in (None, [])
-            for o in _options()
+            for o in options()
         )
-        self._settings: _Settings | None = None
+        self._settings: Settings | None = None
         self._session: CheckSession | None = None
         self.family_size: int | None = None  # the collected suite's prompts (sampling alpha)
         self.setup_reported = False
 
     @property
-    def settings(self) -> _Settings:
+    def settings(self) -> Settings:
         if self._settings is None:
-            self._settings = _read_settings(self.config)
+            self._settings = read_settings(self.config)
         return self._settings
 
     @property
@@ -319,13 +240,13 @@ def equiv_check(request: pytest.FixtureRequest) -> Callable[..., Check]:
 # -- hooks -----------------------------------------------------------------------------------
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("equiv", "equiv: speculative decoding must leave the output unchanged")
-    for opt in _options():
+    for opt in options():
         name, helptext = option_name(opt.name), opt.help
         kind: dict[str, Any] = {"action": "store_true"}
         if opt.multiple:
             kind = {"action": "append", "metavar": opt.metavar}
         elif not opt.flag:
-            kind = {"type": opt.type, "metavar": opt.metavar, "choices": _choices(opt)}
+            kind = {"type": opt.type, "metavar": opt.metavar, "choices": choices(opt)}
             helptext += "; both: each prompt in both" if opt.name == "mode" else ""
             helptext += f" [{opt.default}]" if opt.default is not None else ""
         group.addoption(name, dest="equiv_" + opt.dest, default=None, help=helptext, **kind)
@@ -339,7 +260,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if state.requested:
         state.settings  # noqa: B018 - a bad value is a usage error now, not in every test
     if not hasattr(config, "workerinput"):  # only the controller (or a plain run) sums up
-        config.pluginmanager.register(_Reporter(state), "equiv-reporter")
+        config.pluginmanager.register(Reporter(lambda: state.settings), "equiv-reporter")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -368,13 +289,13 @@ def pytest_runtest_makereport(
     state = item.config.stash[_STATE]
     if call.when == "setup" and not state.setup_reported and state.loaded_s is not None:
         state.setup_reported = True  # the item whose set-up loaded the models says how long
-        setattr(report, _SETUP_ATTR, {"seconds": state.loaded_s, "worker": _worker(item.config)})
+        setattr(report, SETUP_ATTR, {"seconds": state.loaded_s, "worker": _worker(item.config)})
         item.user_properties.append(("equiv_setup_s", f"{state.loaded_s:.1f}"))  # in junit
     checks = item.stash.get(_CHECKS, None)
     if checks and report.failed and not isinstance(item, EquivItem):
         _explain(report, checks, call.excinfo)
     if checks:  # plain data, so pytest-xdist carries them from a worker to the controller
-        setattr(report, _CHECKS_ATTR, list(checks))
+        setattr(report, CHECKS_ATTR, list(checks))
         checks.clear()
     return report
 
@@ -403,105 +324,8 @@ def pytest_report_teststatus(
 ) -> tuple[str, str, tuple[str, Mapping[str, bool]]] | None:
     if report.nodeid == SESSION_ITEM and report.failed:  # no progress letter after [100%]
         return "failed", "", ("FAILED", {"red": True})
-    checks = getattr(report, _CHECKS_ATTR, None) or ()
+    checks = getattr(report, CHECKS_ATTR, None) or ()
     labels = sorted({c["verdict"]["label"] for c in checks} - {"equivalent"})
     if labels and report.passed:
         return "passed", ".", (f"PASSED ({', '.join(labels)})", {"green": True})
     return None
-
-
-class _Reporter:
-    """The controller's side: gathers every check, fails the session, writes the report."""
-
-    def __init__(self, state: _State) -> None:
-        self.state = state
-        self.checks: list[Check] = []
-        self.problems: list[str] = []
-        self.written: list[str] = []
-        self.setups: list[tuple[str, float]] = []  # (worker, seconds) of each model load
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if setup := getattr(report, _SETUP_ATTR, None):
-            self.setups.append((str(setup["worker"]), float(setup["seconds"])))
-        if data := getattr(report, _CHECKS_ATTR, None):
-            from equiv.pytest.session import Check
-
-            self.checks.extend(Check.from_dict(c) for c in data)
-
-    @pytest.hookimpl(tryfirst=True)  # before --junitxml writes its file
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        if not self.checks:
-            return
-        from equiv.pytest.session import problems, write_results
-
-        s = self.state.settings
-        self.problems = problems(self.checks, s.policy)
-        if self.problems and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        xml = _junit_writer(session.config)
-        if xml is not None:  # CI that reads only the XML sees why the session failed
-            for problem in self.problems:
-                xml.add_global_property("equiv_session_failure", problem)
-        if self.problems:  # counted as a failed test: summary line, exit status, junit counts
-            _report_session_failure(session, self.problems)
-        if s.report is not None:
-            try:
-                self.written = [str(p) for p in write_results(self.checks, s.report)]
-            except Exception as exc:  # a report must not hide the test outcome
-                self.written = [f"not written: {exc!r}"]
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.checks:
-            from equiv.pytest.session import summary_lines
-
-            terminalreporter.write_sep("=", "equiv")
-            if self.setups:
-                loads = ", ".join(f"{s:.1f} s ({w})" for w, s in sorted(self.setups))
-                terminalreporter.write_line(
-                    f"set-up: models loaded in {loads}, apart from the checks' time "
-                    "(a set-up phase in pytest --durations)"
-                )
-            for line in summary_lines(self.checks):
-                terminalreporter.write_line(line)
-            for problem in self.problems:
-                terminalreporter.write_line(f"equiv fails the session: {problem}", red=True)
-            for line in self.written:
-                terminalreporter.write_line(f"equiv report: {line}")
-
-
-def _report_session_failure(session: pytest.Session, problems: Sequence[str]) -> None:
-    """The session's failure as the failed test ``equiv::session``, reported the way pytest
-    reports any test (set-up, call, teardown), so that the summary line, the exit status and
-    the junit counts all say the session failed, with the reason as its failure message."""
-    hook, location = session.config.hook, ("equiv", None, SESSION_ITEM)
-    # One more test than collected: counted, so progress stays at 100 %, on a line of its own.
-    session.testscollected += 1
-    terminal = session.config.pluginmanager.get_plugin("terminalreporter")
-    if terminal is not None:
-        terminal.ensure_newline()
-    text = "\n".join(f"equiv fails the session: {p}" for p in problems)
-    properties = [("equiv_session_failure", p) for p in problems]
-    for when, outcome in (("setup", "passed"), ("call", "failed"), ("teardown", "passed")):
-        report = pytest.TestReport(
-            SESSION_ITEM,
-            location,
-            {"equiv": 1},
-            outcome,  # type: ignore[arg-type]
-            text if outcome == "failed" else None,
-            when,  # type: ignore[arg-type]
-            user_properties=properties,  # junit reads a case's properties at its teardown
-        )
-        hook.pytest_runtest_logreport(report=report)
-
-
-def _junit_writer(config: pytest.Config) -> Any:
-    """pytest's --junitxml writer, when one is active. Its stash key lives in a private module:
-    imported here, only at a session's end with equiv checks, and tolerated if it moves."""
-    if not config.getoption("xmlpath", None):
-        return None
-    try:
-        from _pytest import junitxml
-    except ImportError:  # pragma: no cover - a pytest that reorganised its private modules
-        return None
-    key = getattr(junitxml, "xml_key", None)
-    return None if key is None else config.stash.get(key, None)
