@@ -173,19 +173,16 @@ def test_nothing_graded_is_none() -> None:
 
 
 def test_samples_from_records_reads_grades_and_labels() -> None:
-    records = [
-        {
-            "suite": "code",
-            "prompt_id": "a",
-            "seed": None,
-            "grades": {
-                "baseline": {"outcome": "pass", "reason": "ok"},
-                "speculative": {"outcome": "error", "reason": "invalid grader: x"},
-            },
-            "verdict": {"label": "equivalent"},
-        },
-        {"suite": "code", "prompt_id": "b", "seed": None},  # not graded
-    ]
+    from equiv.records import ResultRecord
+
+    graded = _record("code/a", "pass", "error", "equivalent")
+    graded["grades"] = {
+        "baseline": {"outcome": "pass", "reason": "ok"},
+        "speculative": {"outcome": "error", "reason": "invalid grader: x"},
+    }
+    ungraded = _record("code/b", "pass", "pass", "equivalent")
+    del ungraded["grades"]
+    records = [ResultRecord.from_dict(graded), ResultRecord.from_dict(ungraded)]
     (s,) = samples_from_records(records)
     assert (s.prompt, s.baseline, s.speculative, s.label) == ("code/a", P, E, "equivalent")
     assert s.error == "invalid grader: x"

@@ -9,10 +9,11 @@ statistics (intervals, tests, power) are in `equiv.verdicts.pass_rates`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from equiv.records import ResultRecord
 from equiv.verdicts.graders import Grade, Outcome
 from equiv.verdicts.pass_rates import (
     QUALITY_ALPHA,
@@ -233,26 +234,24 @@ def quality(
     )
 
 
-def samples_from_records(records: Iterable[Mapping[str, Any]]) -> list[GradedSample]:
+def samples_from_records(records: Iterable[ResultRecord]) -> list[GradedSample]:
     """The graded samples of result records (those that carry ``grades``)."""
     out = []
     for r in records:
         try:
-            gb = Grade.from_dict(r["grades"]["baseline"])
-            gs = Grade.from_dict(r["grades"]["speculative"])
+            gb = Grade.from_dict(r.extra["grades"]["baseline"])
+            gs = Grade.from_dict(r.extra["grades"]["speculative"])
         except (KeyError, TypeError, ValueError):
             continue
-        verdict = r.get("verdict")
-        label = verdict.get("label") if isinstance(verdict, Mapping) else None
         error = next((g.reason for g in (gb, gs) if g.outcome is Outcome.ERROR), "")
         out.append(
             GradedSample(
-                prompt=f"{r['suite']}/{r['prompt_id']}",
-                suite=str(r["suite"]),
-                seed=r.get("seed"),
+                prompt=f"{r.suite}/{r.prompt_id}",
+                suite=r.suite,
+                seed=r.seed,
                 baseline=gb.outcome,
                 speculative=gs.outcome,
-                label=label,
+                label=None if r.verdict is None else r.verdict.label.value,
                 error=error,
             )
         )

@@ -215,7 +215,7 @@ def summarize(
     analysed = [
         a if isinstance(a, AnalysisRecord) else AnalysisRecord.from_dict(a) for a in analyses
     ]
-    graded = samples_from_records(r.to_dict() for r in results)
+    graded = samples_from_records(results)
     by_mode = [
         (True, [s for s in graded if s.seed is None]),
         (False, [s for s in graded if s.seed is not None]),
