@@ -28,7 +28,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 __all__ = [
+    "BUILTIN_PAIRS",
     "DEFAULT_DRAFT_QUANT",
+    "DEFAULT_PAIR",
     "DRAFT_QUANTS",
     "DraftConfig",
     "Mode",
@@ -43,6 +45,13 @@ __all__ = [
 
 
 DEFAULT_DRAFT_QUANT = "Q4_0"
+# The built-in pairs a user names instead of --target/--draft paths (equiv.models.pair).
+DEFAULT_PAIR = "gemma3"
+BUILTIN_PAIRS = {
+    "gemma3": "the bundled Gemma 3 270M Q4_K_M target and a draft requantized from it",
+    "hybrid": "a tiny Mamba (recurrent) target and a llama draft on the Gemma 3 tokenizer, built "
+    "in seconds: llama-server verifies its drafts by checkpoint and replay",
+}
 # Quant name -> llama_ftype value (llama.h); the types that requantize from Q4_K_M in seconds.
 DRAFT_QUANTS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q8_0": 7, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_S": 14}
 

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from equiv.config import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS, ModelSpec
+from equiv.config import BUILTIN_PAIRS, DEFAULT_DRAFT_QUANT, DEFAULT_PAIR, DRAFT_QUANTS, ModelSpec
 from equiv.errors import ConfigError, ModelError
 from equiv.models.gguf import VocabReport, read_gguf_info, require_vocab_compat
 
 __all__ = [
+    "BUILTIN_PAIRS",
     "DEFAULT_DRAFT_QUANT",
+    "DEFAULT_PAIR",
     "DRAFT_QUANTS",
     "ModelPair",
     "cache_dir",
@@ -117,18 +119,37 @@ class ModelPair:
 
 
 def resolve_pair(
-    target: str | None = None, draft: str | None = None, *, draft_quant: str = DEFAULT_DRAFT_QUANT
+    target: str | None = None,
+    draft: str | None = None,
+    *,
+    draft_quant: str = DEFAULT_DRAFT_QUANT,
+    pair: str = DEFAULT_PAIR,
 ) -> ModelPair:
-    """The target and draft to compare: given paths, or the bundled default and a derived draft.
+    """The target and draft to compare: given paths, or a built-in pair (`BUILTIN_PAIRS`): the
+    bundled default and a derived draft, or the tiny recurrent ``hybrid`` pair.
 
     Both files are checked as GGUF and their vocabularies compared by llama.cpp's rules before
     any weights are loaded.
     """
-    target_spec = default_target() if target is None else _user_model(target, "target")
-    if draft is None:
-        draft_spec = derive_draft(target_spec, draft_quant)
+    if pair not in BUILTIN_PAIRS:
+        raise ConfigError(f"pair {pair!r} is not one of {', '.join(BUILTIN_PAIRS)}")
+    if pair == "hybrid":
+        if target is not None or draft is not None:
+            given = target if target is not None else draft
+            raise ConfigError(
+                f"pair 'hybrid' names both models, but a model path was given too ({given!r}); "
+                "drop --target/--draft, or drop --pair to compare your own files"
+            )
+        from equiv.models.tiny_recurrent import build_tiny_recurrent_pair
+
+        tiny = build_tiny_recurrent_pair()
+        target_spec, draft_spec = tiny.target, tiny.draft
     else:
-        draft_spec = _user_model(draft, "draft")
+        target_spec = default_target() if target is None else _user_model(target, "target")
+        if draft is None:
+            draft_spec = derive_draft(target_spec, draft_quant)
+        else:
+            draft_spec = _user_model(draft, "draft")
     report = require_vocab_compat(target_spec.path, draft_spec.path)
     return ModelPair(target_spec, draft_spec, report)
 
