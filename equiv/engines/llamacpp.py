@@ -204,7 +204,7 @@ class LlamaCppEngine:
         if self.config.mode is Mode.SAMPLING and self.reuse_prompt_state:
             self._cache_prefix(prompt_tokens)
         else:
-            llm.reset()  # temp 0: evaluate the whole prompt afresh, as a user's first request
+            self._eval_prompt(prompt_tokens)  # temp 0: afresh, as a user's first request
         rows = np.empty((max_tokens, self._n_vocab), dtype=np.float32)
         tokens: list[int] = []
         stop_reason = "length"
@@ -320,8 +320,10 @@ class LlamaCppEngine:
             self._eval_without_rows(head)
 
     def _eval_without_rows(self, tokens: Sequence[int]) -> None:
-        """Evaluate into the KV cache only: no output rows, even with logits_all (a prompt of
-        1,400 tokens would otherwise compute and copy 1.4 GB of logits nobody reads)."""
+        """Evaluate into the KV cache with the output row of each batch's last token only, even
+        with logits_all (a prompt of 1,400 tokens would otherwise compute and copy 1.4 GB of
+        logits nobody reads). The batches are the ones `Llama.eval` forms, so the hidden states,
+        and the last token's row, are bit for bit those of an evaluation with every row."""
         llm = self.llm
         saved = llm._logits_all
         llm._logits_all = False
@@ -329,6 +331,19 @@ class LlamaCppEngine:
             llm.eval(list(tokens))
         finally:
             llm._logits_all = saved
+
+    def _eval_prompt(self, prompt_tokens: Sequence[int]) -> None:
+        """The whole prompt afresh, as llama-server evaluates it: one output row, its last.
+
+        With logits_all the row is stored where `Llama.generate` and the decode loop read it
+        (``scores[n_prompt - 1]``), and `Llama.generate` then finds the prompt cached and samples
+        from it. Memory stays independent of the prompt's length x the vocabulary.
+        """
+        llm = self.llm
+        llm.reset()
+        self._eval_without_rows(prompt_tokens)
+        if llm._logits_all:
+            llm.scores[len(prompt_tokens) - 1] = _last_row(llm)
 
     def rescore(
         self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
@@ -360,8 +375,7 @@ class LlamaCppEngine:
             llm.eval([prompt_tokens[-1], *tokens[:-1]])
             rows[:] = llm.scores[n_prompt - 1 : n_prompt - 1 + n]
             return rows
-        llm.reset()
-        llm.eval(list(prompt_tokens))
+        self._eval_prompt(prompt_tokens)
         return self._single_token_rows(tokens, rows)
 
     def _single_token_rows(
