@@ -65,16 +65,6 @@ def test_every_import_points_down_the_pipeline():
     assert upward == []
 
 
-#: The last importers of the deprecated `equiv.verdicts.labels`; `Label` and `Verdict` live in
-#: `equiv.records.verdict`. This set only shrinks.
-LABELS_SHIM_IMPORTERS = {"equiv.verdicts.classify", "equiv.verdicts.sampling_verdict"}
-
-
-def test_no_new_import_of_the_labels_shim():
-    importers = {source for source, target in _imports() if target == "equiv.verdicts.labels"}
-    assert importers <= LABELS_SHIM_IMPORTERS
-
-
 def _modules() -> dict[str, Path]:
     return {
         ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(

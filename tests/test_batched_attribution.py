@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from equiv.config import SamplingConfig
-from equiv.verdicts.labels import Label
+from equiv.records.verdict import Label
 from equiv.verdicts.sampling_evidence import (
     analyze_prompt,
     batched_vs_placebo,

@@ -6,11 +6,11 @@ from equiv.config import RunConfig
 from equiv.engines import load_factory
 from equiv.prompts import load_suites
 from equiv.records import Generation, ResultsFile, TokenAlternatives
+from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.classify import classify_temp0
 from equiv.verdicts.compare import compare
-from equiv.verdicts.labels import Label, verdict_of
 
 pytestmark = pytest.mark.model
 

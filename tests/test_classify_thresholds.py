@@ -17,6 +17,7 @@ import pytest
 
 from equiv.errors import EngineError
 from equiv.records import Generation, TokenAlternatives
+from equiv.records.verdict import Label
 from equiv.verdicts.classify import (
     CALIBRATION_POSITIONS,
     DRIFT_SAFETY,
@@ -26,7 +27,6 @@ from equiv.verdicts.classify import (
     gap_movements,
 )
 from equiv.verdicts.compare import compare
-from equiv.verdicts.labels import Label
 
 VOCAB = 64
 N = 40  # baseline tokens

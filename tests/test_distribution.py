@@ -6,8 +6,8 @@ import pytest
 from equiv.config import SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.records import Judgement
+from equiv.records.verdict import Label
 from equiv.verdicts.chain import chain_probs, pit_position
-from equiv.verdicts.labels import Label
 from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
 from equiv.verdicts.sampling_verdict import classify_sampling
 from equiv.verdicts.stats import (

@@ -131,7 +131,7 @@ class _RescoringTimesOut:
 
 
 def test_resume_redoes_the_results_whose_rescoring_failed(temp0_config, tmp_path):
-    from equiv.verdicts.labels import Label
+    from equiv.records.verdict import Label
 
     path = tmp_path / "results.jsonl"
     items = plan(_prompts(["code/fib_lt", "code/py_last_n", "code/py_gcd"]), temp0_config)

@@ -6,9 +6,9 @@ from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
+from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.labels import Label, verdict_of
 
 pytestmark = pytest.mark.model
 

@@ -38,9 +38,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.classify import misconfiguration
 from equiv.verdicts.fidelity import Fidelity
-from equiv.verdicts.labels import Label, Verdict
 from equiv.verdicts.stats import chi2_power, min_detectable_w
 
 __all__ = [
