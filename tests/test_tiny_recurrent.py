@@ -35,7 +35,10 @@ def _sha(path: str | Path) -> str:
 
 @pytest.fixture(scope="module")
 def tiny() -> TinyPair:
-    return build_tiny_recurrent_pair()  # cached: seconds the first time, then free
+    from equiv.models.pair import resolve_pair
+
+    pair = resolve_pair(pair="hybrid")  # cached: seconds the first time, then free
+    return TinyPair(pair.target, pair.draft)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +74,9 @@ def greedy_runs(loaded: tuple[Any, Any]) -> list[tuple[list[int], list[int], np.
 
 
 def test_builds_the_same_bytes_every_time(tiny, tmp_path):
-    again = build_tiny_recurrent_pair(out_dir=tmp_path)
+    from equiv.models.pair import default_target
+
+    again = build_tiny_recurrent_pair(default_target(), tmp_path)
     assert Path(again.target.path).name == Path(tiny.target.path).name
     assert _sha(again.target.path) == _sha(tiny.target.path)
     assert _sha(again.draft.path) == _sha(tiny.draft.path)
@@ -106,10 +111,9 @@ def test_target_is_recurrent_and_both_share_the_gemma_vocabulary(tiny, loaded):
 
 def test_resolve_pair_names_the_hybrid_pair(tiny):
     from equiv.errors import ConfigError
-    from equiv.models.pair import resolve_pair
+    from equiv.models.pair import cache_dir, resolve_pair
 
-    pair = resolve_pair(pair="hybrid")
-    assert (pair.target.path, pair.draft.path) == (tiny.target.path, tiny.draft.path)
+    assert Path(tiny.target.path).parent == cache_dir() / "tiny"
     with pytest.raises(ConfigError, match="names both models"):
         resolve_pair(tiny.target.path, pair="hybrid")
     with pytest.raises(ConfigError, match="'mamba' is not one of"):

@@ -142,7 +142,7 @@ def resolve_pair(
             )
         from equiv.models.tiny_recurrent import build_tiny_recurrent_pair
 
-        tiny = build_tiny_recurrent_pair()
+        tiny = build_tiny_recurrent_pair(default_target(), cache_dir() / "tiny")
         target_spec, draft_spec = tiny.target, tiny.draft
     else:
         target_spec = default_target() if target is None else _user_model(target, "target")

@@ -73,20 +73,15 @@ class TinyPair:
     draft: ModelSpec
 
 
-def build_tiny_recurrent_pair(
-    tokenizer_source: ModelSpec | None = None, *, out_dir: Path | None = None
-) -> TinyPair:
-    """The tiny Mamba target and llama draft, built once (about two seconds) and cached.
-
-    ``tokenizer_source`` is the GGUF whose ``tokenizer.*`` keys both files copy (default: the
-    bundled Gemma 3 270M); ``out_dir`` defaults to ``cache_dir() / "tiny"``.
+def build_tiny_recurrent_pair(tokenizer_source: ModelSpec, folder: Path) -> TinyPair:
+    """The tiny Mamba target and llama draft in ``folder``, built once (two to three seconds)
+    and then reused; both copy ``tokenizer_source``'s ``tokenizer.*`` keys. The built-in pair
+    (`equiv.models.pair.resolve_pair` with ``pair="hybrid"``) takes the bundled Gemma 3 270M's
+    tokenizer and ``cache_dir() / "tiny"``.
     """
-    from equiv.models.pair import cache_dir, default_target
-
-    source = default_target() if tokenizer_source is None else tokenizer_source
+    source = tokenizer_source
     info = read_gguf_info(source.path)
     assert info.sha256 is not None
-    folder = cache_dir() / "tiny" if out_dir is None else out_dir
     stem = f"v{VERSION}-{info.sha256[:12]}"
     target_path = folder / f"tiny-mamba-target-{stem}.gguf"
     draft_path = folder / f"tiny-llama-draft-{stem}.gguf"
