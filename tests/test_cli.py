@@ -226,3 +226,35 @@ def test_model_paths_print_as_text_not_markup(tmp_path, capsys, make_gguf):
     assert "Traceback" not in err
     assert "MarkupError" not in err
     assert code != 0  # a tiny test file is no model llama.cpp can load: a named error
+
+
+# -- --pair: a built-in pair by name -------------------------------------------------------------
+def test_pair_hybrid_with_a_model_path_names_the_flag_and_the_way_out(capsys, make_gguf):
+    target = make_gguf("t.gguf")
+    code, _, err = _run(capsys, "run", "--pair", "hybrid", "--target", str(target))
+    assert code == 2
+    assert f"pair 'hybrid' names both models, but --target '{target}' was given too" in err
+    assert "drop --target, or drop --pair hybrid" in err
+    code, _, err = _run(capsys, "run", "--pair", "hybrid", "--draft", str(target))
+    assert code == 2
+    assert "--draft" in err
+
+
+def test_an_unknown_pair_lists_the_built_in_ones(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--pair", "mamba"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--pair: invalid choice: 'mamba'" in err
+    assert "'gemma3'" in err
+    assert "'hybrid'" in err
+
+
+def test_run_help_describes_each_built_in_pair():
+    from equiv.config import BUILTIN_PAIRS
+
+    parsers, _ = _subcommands()
+    text = " ".join(parsers["run"].format_help().split())
+    assert "--pair {gemma3,hybrid}" in text
+    for name in BUILTIN_PAIRS:
+        assert f"{name}: " in text

@@ -2,6 +2,7 @@
 (``--spec``, ``[tool.equiv.speculative]``, ``spec_overrides``) reaching `RunConfig`."""
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,29 @@ def test_a_quality_margin_outside_0_100_points_is_a_usage_error(text, capsys):
         _parse("--quality-margin", text)
     assert f"--quality-margin {text}: give percentage points in (0, 100)" in capsys.readouterr().err
     assert _parse("--quality-margin", "10")["quality_margin"] == 10.0
+
+
+def test_pair_comes_from_the_command_line_or_toml_and_defaults_to_gemma3(tmp_path):
+    from equiv.config import DEFAULT_PAIR
+
+    assert DEFAULT_PAIR == "gemma3"
+    assert merge_toml({})["pair"] == DEFAULT_PAIR
+    assert _parse("--pair", "hybrid")["pair"] == "hybrid"
+    toml = tmp_path / "equiv.toml"
+    toml.write_text('pair = "hybrid"\n', encoding="utf-8")
+    assert merge_toml({"config": str(toml)})["pair"] == "hybrid"
+    toml.write_text('pair = "mamba"\n', encoding="utf-8")
+    with pytest.raises(
+        ConfigError, match=r"pair must be one of gemma3, hybrid, found the string 'mamba'"
+    ):
+        merge_toml({"config": str(toml)})
+
+
+@pytest.mark.model
+def test_pair_hybrid_builds_a_config_on_the_tiny_recurrent_pair():
+    from equiv.models.pair import cache_dir
+
+    config, pair = build_config({"pair": "hybrid"})
+    assert Path(config.target.path).parent == cache_dir() / "tiny"
+    assert (config.target, config.draft) == (pair.target, pair.draft)
+    assert config.target.path != config.draft.path

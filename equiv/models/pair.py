@@ -135,10 +135,10 @@ def resolve_pair(
         raise ConfigError(f"pair {pair!r} is not one of {', '.join(BUILTIN_PAIRS)}")
     if pair == "hybrid":
         if target is not None or draft is not None:
-            given = target if target is not None else draft
+            flag, given = ("--target", target) if target is not None else ("--draft", draft)
             raise ConfigError(
-                f"pair 'hybrid' names both models, but a model path was given too ({given!r}); "
-                "drop --target/--draft, or drop --pair to compare your own files"
+                f"pair 'hybrid' names both models, but {flag} {given!r} was given too; "
+                f"drop {flag}, or drop --pair hybrid to compare your own files"
             )
         from equiv.models.tiny_recurrent import build_tiny_recurrent_pair
 

@@ -88,7 +88,7 @@ def build_config(
     )
     from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
 
-    pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"])
+    pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"], pair=v["pair"])
     try:
         mode = Mode(v["mode"])
     except ValueError:

@@ -12,7 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from equiv.config import DEFAULT_DRAFT_QUANT, DRAFT_QUANTS, Mode, validate_quality_margin
+from equiv.config import (
+    BUILTIN_PAIRS,
+    DEFAULT_DRAFT_QUANT,
+    DEFAULT_PAIR,
+    DRAFT_QUANTS,
+    Mode,
+    validate_quality_margin,
+)
 from equiv.errors import ConfigError
 
 __all__ = [
@@ -78,6 +85,13 @@ def _concurrency(text: str) -> int:
 RUN_OPTIONS: tuple[Option, ...] = (
     Option(
         "config", "TOML file with these options ([tool.equiv] table or top level)", metavar="TOML"
+    ),
+    Option(
+        "pair",
+        "a built-in pair instead of --target/--draft: "
+        + "; ".join(f"{name}: {what}" for name, what in BUILTIN_PAIRS.items()),
+        default=DEFAULT_PAIR,
+        choices=tuple(BUILTIN_PAIRS),
     ),
     Option(
         "target",
