@@ -413,6 +413,8 @@ def summary_lines(checks: Sequence[Check]) -> list[str]:
         lines.extend(control_lines(summary.events))
         if summary.drift is not None:
             lines.append(f"{mode}: {summary.drift.line}")
+        if summary.divergence_rate is not None:
+            lines.append(f"{mode}: {summary.divergence_rate.line}")
         lines.append(f"{mode}: {summary.conclusion}")
         if summary.quality:
             lines.extend(f"{mode}: {line}" for line in summary.quality_lines)

@@ -12,7 +12,7 @@
   named (`LineProblem`), appended one whole line at a time.
 """
 
-from equiv.records.comparison import Comparison, Divergence, Drift
+from equiv.records.comparison import ArgmaxFlips, Comparison, Divergence, Drift
 from equiv.records.fields import FieldError
 from equiv.records.file import LineProblem, ResultsContents, ResultsFile
 from equiv.records.generation import (
@@ -39,6 +39,7 @@ from equiv.records.verdict import Label, Verdict
 __all__ = [
     "SCHEMA_VERSION",
     "AnalysisRecord",
+    "ArgmaxFlips",
     "Comparison",
     "Control",
     "Divergence",

@@ -6,18 +6,22 @@ result record is typed without importing the verdicts.
 between the two paths over their shared rows (``comparison.drift``) and between the speculative
 sampler's rows and the target's own re-scoring (``rescore_drift``). Schema 1 files named its
 fields twice (``positions``/``n``, ``mean_kl``, ``max_abs_delta_logit``); both are read.
+`ArgmaxFlips` is the temp-0 placebo of a result: where drift alone flips the target's choice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from equiv.records.fields import Fields
 from equiv.records.generation import TokenAlternatives
 
-__all__ = ["Comparison", "Divergence", "Drift", "token_namer"]
+__all__ = ["ArgmaxFlips", "Comparison", "Divergence", "Drift", "token_namer"]
 
 _OPS = ("equal", "replace", "insert", "delete")
 
@@ -82,6 +86,37 @@ class Drift:
             top1_agreement=f.number("top1_agreement"),
             kl_rows=f.numbers("kl_rows", ()),
         )
+
+
+@dataclass(frozen=True)
+class ArgmaxFlips:
+    """The temp-0 placebo of one result: the baseline's own tokens evaluated by the target in one
+    batch (as verification evaluates), and the positions where the batched row's argmax is not
+    the token single-token decoding chose. Drift alone would make a correct speculative path
+    diverge at such positions; `equiv.verdicts.divergence_rate` pools them over the run.
+    """
+
+    positions: int
+    flips: tuple[int, ...]
+
+    @classmethod
+    def of(cls, tokens: Sequence[int], batched_rows: npt.NDArray[np.floating[Any]]) -> ArgmaxFlips:
+        """Where ``batched_rows[j]`` (the row of ``tokens[j]``) prefers another token."""
+        best = np.asarray(batched_rows).argmax(axis=1)
+        flips = tuple(int(j) for j in np.flatnonzero(best != np.asarray(tokens, dtype=np.int64)))
+        return cls(positions=len(tokens), flips=flips)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"positions": self.positions, "flips": list(self.flips)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> ArgmaxFlips:
+        f = Fields(data, where)
+        positions = f.integer("positions", minimum=0)
+        flips = f.ints("flips")
+        if any(not 0 <= j < positions for j in flips):
+            f.fail("flips", f"holds a position outside 0..{positions - 1}")
+        return cls(positions=positions, flips=flips)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from equiv.config import Mode
 from equiv.errors import PromptError
 from equiv.prompts import Prompt
-from equiv.records.comparison import Comparison, Drift
+from equiv.records.comparison import ArgmaxFlips, Comparison, Drift
 from equiv.records.fields import FieldError, Fields
 from equiv.records.generation import Generation
 from equiv.records.machine import Machine
@@ -181,6 +181,7 @@ class ResultRecord:
             "comparison",
             "verdict",
             "rescore_drift",
+            "drift_placebo",
         }
     )
 
@@ -195,6 +196,8 @@ class ResultRecord:
     comparison: Comparison
     verdict: Verdict | None = None
     rescore_drift: Drift | None = None
+    # Temp 0: the placebo, where drift alone flips the target's choice along the baseline's tokens.
+    drift_placebo: ArgmaxFlips | None = None
     # Per path, what a record holds beside the generation (sampling mode: the chain's PIT of
     # each token, the target's PIT of the speculative tokens, the judgements' evidence).
     evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -247,6 +250,8 @@ class ResultRecord:
             data["verdict"] = self.verdict.to_dict()
         if self.rescore_drift is not None:
             data["rescore_drift"] = self.rescore_drift.to_dict()
+        if self.drift_placebo is not None:
+            data["drift_placebo"] = self.drift_placebo.to_dict()
         data.update(self.extra)
         return data
 
@@ -267,6 +272,7 @@ class ResultRecord:
             f.fail("mode", f"{mode!r} is not one of {', '.join(m.value for m in Mode)}")
         gens = {path: f.obj(path) for path in ("baseline", "speculative")}
         drift = f.obj("rescore_drift", None)
+        placebo = f.obj("drift_placebo", None)
         return cls(
             key=key,
             suite=suite,
@@ -280,6 +286,9 @@ class ResultRecord:
             comparison=Comparison.from_dict(f.mapping("comparison"), f.name("comparison")),
             verdict=parse_verdict(data["verdict"], f.name("verdict")) if f.has("verdict") else None,
             rescore_drift=None if drift is None else Drift.from_dict(drift.data, drift.where),
+            drift_placebo=None
+            if placebo is None
+            else ArgmaxFlips.from_dict(placebo.data, placebo.where),
             evidence={
                 path: extra
                 for path, g in gens.items()

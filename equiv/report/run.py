@@ -35,6 +35,7 @@ class RunView:
     created: str
     conclusion: str
     worst: str
+    rate: str  # temp 0: the divergence rate against the placebo's, or empty
     label_counts: tuple[tuple[str, int], ...]
     suites: tuple[SuiteRow, ...]
     events: tuple[tuple[str, bool | None, str], ...]
@@ -219,6 +220,7 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         created=fmt(header.get("created")),
         conclusion=summary.conclusion,
         worst=summary.verdict.label.value if summary.total.prompts else "inconclusive",
+        rate="" if summary.divergence_rate is None else summary.divergence_rate.line,
         label_counts=counts,
         suites=(*(_suite_row(s) for s in summary.suites.values()), _suite_row(summary.total)),
         differences=tuple(differences),

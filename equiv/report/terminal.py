@@ -63,6 +63,8 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
     console.print(summary_table(summary))
     if summary.drift is not None:
         console.print(summary.drift.line, highlight=False, markup=False)
+    if summary.divergence_rate is not None:
+        console.print(summary.divergence_rate.line, highlight=False, markup=False)
     t = summary.total
     if t.measured_speedup is not None:
         line = (

@@ -21,7 +21,14 @@ from equiv.config import Mode, RunConfig
 from equiv.engines.base import Engine, EngineFactory, in_flight, rescorer, server_facts
 from equiv.engines.registry import build_engine
 from equiv.errors import ConfigError, EngineError, PromptError
-from equiv.records import Control, EventRecord, Generation, ResultsContents, ResultsFile
+from equiv.records import (
+    ArgmaxFlips,
+    Control,
+    EventRecord,
+    Generation,
+    ResultsContents,
+    ResultsFile,
+)
 from equiv.records.machine import Machine
 from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
@@ -369,6 +376,8 @@ class Runner:
                 comparison, base, spec, differences=self.differences, rescore=rescore
             )
             record["verdict"] = verdict.to_dict()
+            if rescore is not None and base.tokens and not self.differences:
+                self._drift_placebo(record, tokens, base)
             self._rescore_cost(record)
             return record
         for gen, path in ((base, "baseline"), (spec, "speculative")):
@@ -396,6 +405,17 @@ class Runner:
                     break
         self._rescore_cost(record)
         return record
+
+    def _drift_placebo(
+        self, record: dict[str, Any], prompt: Sequence[int], base: Generation
+    ) -> None:
+        """Temp 0's placebo (`ArgmaxFlips`): the baseline's tokens re-scored in one batch. A
+        failed re-scoring leaves the result without one; the run-level rate pools the rest."""
+        try:
+            rows = self._rescore(prompt, base.tokens, True)
+        except EngineError:
+            return
+        record["drift_placebo"] = ArgmaxFlips.of(base.tokens, rows).to_dict()
 
     def _rescore_sample(
         self, record: dict[str, Any], prompt: Sequence[int], gen: Generation, path: str

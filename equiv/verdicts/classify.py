@@ -44,7 +44,8 @@ from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
 from equiv.records import Comparison, Generation
 from equiv.records.generation import top_k
-from equiv.verdicts.labels import Label, Verdict
+from equiv.records.verdict import Label, Verdict
+from equiv.verdicts.divergence_rate import DivergenceRate
 
 __all__ = [
     "DriftBound",
@@ -441,10 +442,26 @@ def drift_bound(movements: npt.ArrayLike) -> DriftBound | None:
     )
 
 
-def run_verdict(labels: Sequence[str], differences: Sequence[str] = ()) -> Verdict:
-    """One label for the whole run, from the per-prompt labels."""
+def run_verdict(
+    labels: Sequence[str], differences: Sequence[str] = (), rate: DivergenceRate | None = None
+) -> Verdict:
+    """One label for the whole run, from the per-prompt labels and, at temp 0, the rate of
+    divergences against the placebo's (`equiv.verdicts.divergence_rate`): more divergences than
+    drift can make is a sampler bug even where each one alone is a near-tie."""
     counts = Counter(labels)
-    ev = {"counts": dict(counts), "differences": list(differences)}
+    ev: dict[str, Any] = {"counts": dict(counts), "differences": list(differences)}
+    if rate is not None:
+        ev["divergence_rate"] = rate.to_dict()
+        if rate.excess and not counts.get(Label.MISCONFIGURATION.value):
+            return Verdict(
+                Label.SAMPLER_BUG,
+                f"the speculative path diverges more often than numeric drift can make it "
+                f"diverge ({rate.divergences} divergences in {rate.exposure} positions, "
+                f"{rate.flips} drift flips in {rate.positions}; p = {rate.p_value:.2g}): a lossy "
+                "acceptance rule, such as one that accepts the target's runner-up, even where "
+                "each divergence alone is a near-tie",
+                ev,
+            )
     order = [
         Label.MISCONFIGURATION,
         Label.SAMPLER_BUG,

@@ -23,6 +23,7 @@ from equiv.records import (
 )
 from equiv.records.verdict import Label
 from equiv.verdicts.classify import run_verdict
+from equiv.verdicts.divergence_rate import DivergenceRate, divergence_rate
 from equiv.verdicts.pass_rates import QUALITY_ALPHA, wilson
 from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS, Quality, quality, samples_from_records
 from equiv.verdicts.run_drift import RunDrift, run_drift
@@ -156,6 +157,8 @@ class Summary:
     quality: tuple[Quality, ...] = ()
     # Every row both paths computed on the same context, pooled (llama-perplexity's figures).
     drift: RunDrift | None = None
+    # Temp 0: the divergences' rate against the placebo's drift flips (None: no placebo).
+    divergence_rate: DivergenceRate | None = None
 
     @property
     def quality_lines(self) -> list[str]:
@@ -177,7 +180,7 @@ class Summary:
     @property
     def verdict(self) -> Any:
         labels = [label for label, n in self.total.labels.items() for _ in range(n)]
-        return run_verdict(labels, self.differences)
+        return run_verdict(labels, self.differences, self.divergence_rate)
 
     @property
     def conclusion(self) -> str:
@@ -236,6 +239,7 @@ def summarize(
     summary.drift = run_drift(
         r.comparison.drift.to_dict() if r.comparison.drift is not None else None for r in results
     )
+    summary.divergence_rate = divergence_rate(results)
     for analysis in analysed:
         summary.suites.setdefault(analysis.suite, SuiteSummary(analysis.suite)).add_analysis(
             analysis
@@ -306,6 +310,7 @@ class RunSummary:
     controls: tuple[Control, ...]
     speed: Speed
     drift: RunDrift | None
+    divergence_rate: DivergenceRate | None
     differences: tuple[str, ...]
     quality: tuple[str, ...]  # the quality line of each mode; empty without graded prompts
     suites: tuple[tuple[str, int, float | None], ...]  # (suite, prompts, acceptance)
@@ -328,6 +333,9 @@ class RunSummary:
             "failed_controls": self.failed_controls,
             "speed": self.speed.__dict__,
             "drift": None if self.drift is None else self.drift.to_dict(),
+            "divergence_rate": None
+            if self.divergence_rate is None
+            else self.divergence_rate.to_dict(),
             "differences": list(self.differences),
             "quality": list(self.quality),
             "suites": [{"suite": s, "prompts": n, "acceptance": a} for s, n, a in self.suites],
@@ -363,6 +371,7 @@ def run_summary(summary: Summary, **extra: Any) -> RunSummary:
             cost_ratio=t.cost_ratio,
         ),
         drift=summary.drift,
+        divergence_rate=summary.divergence_rate,
         differences=tuple(summary.differences),
         quality=tuple(summary.quality_lines) if summary.quality else (),
         suites=tuple((s.suite, s.prompts, s.acceptance) for s in summary.suites.values()),
