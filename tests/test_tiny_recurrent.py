@@ -109,6 +109,26 @@ def test_target_is_recurrent_and_both_share_the_gemma_vocabulary(tiny, loaded):
     assert len(target.tokenize(text.encode())) < len(text) / 2  # real subwords, not bytes
 
 
+def test_chat_prompts_render_as_llama_cpp_renders_them_for_gemma():
+    """The pair's own chat template gives, for every built-in chat prompt, the text llama.cpp's
+    built-in ``gemma`` template gives the bundled Gemma 3 (a system message joins the first user
+    turn)."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from equiv.engines.chat import apply_builtin_template
+    from equiv.models.tiny_recurrent import GEMMA_CHAT_TEMPLATE
+    from equiv.prompts import load_suites
+
+    render = Jinja2ChatFormatter(template=GEMMA_CHAT_TEMPLATE, eos_token="<eos>", bos_token="<bos>")
+    chats = [p for p in load_suites() if p.messages is not None]
+    assert any(role == "system" for p in chats for role, _ in p.messages or ())
+    for prompt in chats:
+        assert prompt.messages is not None
+        messages: Any = [{"role": r, "content": c} for r, c in prompt.messages]
+        ours = render(messages=messages).prompt
+        assert ours == apply_builtin_template("gemma", prompt.messages), prompt.key
+
+
 def test_resolve_pair_names_the_hybrid_pair(tiny):
     from equiv.errors import ConfigError
     from equiv.models.pair import cache_dir, resolve_pair
@@ -186,27 +206,144 @@ def test_in_process_baseline_is_greedy_and_repeatable(tiny_config):
     assert all(row[t] == row.max() for t, row in zip(first.tokens, first.logits, strict=True))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 24: the in-process engine rolls a rejected draft back with llama-cpp-python's "
-    "kv_cache_seq_rm, which a recurrent memory refuses; the next decode then starts behind the "
-    "state ('inconsistent sequence positions', llama_decode returned -1)",
-)
-def test_in_process_speculative_matches_the_baseline(tiny_config):
+@pytest.fixture(scope="module")
+def in_process(tiny_config: RunConfig) -> Iterator[tuple[Any, Any]]:
+    """The tiny pair's baseline and speculative engines, loaded once."""
     from equiv.engines.llamacpp import make_engine
 
-    speculative = make_engine(tiny_config, speculative=True)
-    try:
-        tokens = _prompt_tokens(speculative)
-        spec = speculative.generate(tokens, sampling=GREEDY, seed=None, max_tokens=16)
-    finally:
-        speculative.close()
     baseline = make_engine(tiny_config, speculative=False)
+    speculative = make_engine(tiny_config, speculative=True)
+    yield baseline, speculative
+    speculative.close()
+    baseline.close()
+
+
+def _suite_tokens(engine: Any, keys: tuple[str, ...]) -> list[list[int]]:
+    from equiv.prompts import load_suites
+
+    by_key = {p.key: p for p in load_suites()}
+    return [list(engine.prompt_tokens(by_key[key])) for key in keys]
+
+
+#: Prompts of every kind (chat ones through the pair's Gemma chat template).
+KEYS = ("code/fib_lt", "chat/capital_france", "multilingual/de_berlin", "reasoning/add_two_digit")
+
+
+def test_in_process_speculative_verifies_by_checkpoint_and_replay_at_temp0(in_process):
+    """Greedy through checkpoint and replay: every emitted token is the argmax of the row it was
+    chosen from, drafts were rejected and replayed, and the output is the baseline's up to a
+    first difference that only a near-tie explains (the two rows' own difference exceeds the
+    baseline's margin there): where, if anywhere, a near-tie flips is this CPU's business."""
+    baseline, speculative = in_process
+    assert not speculative.rolls_back
+    assert speculative.fingerprint()["verify"] == "checkpoint and replay (as llama-server)"
+    replays = 0
+    for tokens in _suite_tokens(speculative, KEYS):
+        spec = speculative.generate(tokens, sampling=GREEDY, seed=None, max_tokens=32)
+        base = baseline.generate(tokens, sampling=GREEDY, seed=None, max_tokens=32)
+        assert spec.logits is not None
+        assert base.logits is not None
+        assert spec.n_tokens == 32
+        for k, (token, row) in enumerate(zip(spec.tokens, spec.logits, strict=True)):
+            assert row[token] == row.max(), k
+        for replay in speculative.last_replays:
+            assert replay.accepted < replay.drafted
+            assert 0 <= replay.pos < spec.n_tokens
+        replays += len(speculative.last_replays)
+        steps = spec.draft_steps
+        assert steps
+        assert all(s.accepted <= s.drafted for s in steps)
+        assert sum(s.drafted for s in steps) > sum(s.accepted for s in steps) > 0
+        if spec.tokens != base.tokens:
+            pairs = zip(spec.tokens, base.tokens, strict=True)
+            d = next(i for i, (a, b) in enumerate(pairs) if a != b)
+            moved = float(np.abs(spec.logits[d] - base.logits[d]).max())
+            row = base.logits[d]
+            assert row[base.tokens[d]] - row[spec.tokens[d]] <= 2 * moved, (d, moved)
+    assert replays > 0
+
+
+def test_a_checkpoint_restores_the_state_bit_for_bit(in_process):
+    from equiv.engines.replay import Checkpoint
+
+    _, speculative = in_process
+    llm = speculative.llm
+    prompt = _suite_tokens(speculative, KEYS[:1])[0]
+    llm.reset()
+    llm.eval(prompt)
+    checkpoint = Checkpoint(llm, partial=True)
+    continuation = [int(t) for t in np.argsort(llm.scores[len(prompt) - 1])[-3:]]
+    llm.eval(continuation)
+    first = np.array(llm.scores[len(prompt) : len(prompt) + 3])
+    llm.eval(continuation[::-1])  # the state moves on: a recurrent state cannot drop these
+    checkpoint.restore(llm)
+    assert llm.n_tokens == len(prompt)
+    assert checkpoint.tokens == tuple(prompt)
+    llm.eval(continuation)
+    assert np.array_equal(np.array(llm.scores[len(prompt) : len(prompt) + 3]), first)
+
+
+def test_rescoring_a_recurrent_target_gives_back_the_rows_it_generated_from(tiny):
+    """Sampling mode keeps the prompt's prefix as a checkpoint for every seed and for
+    re-scoring: single-token re-scoring of the baseline's own tokens is its rows bit for bit,
+    and batched re-scoring (the speculative path's) works on a state that cannot roll back."""
+    from equiv.config import Mode
+    from equiv.engines.llamacpp import make_engine
+
+    config = RunConfig(
+        target=tiny.target,
+        draft=tiny.draft,
+        mode=Mode.SAMPLING,
+        sampling=SamplingConfig(temp=0.8),
+        seeds=(1, 2),
+        max_tokens=12,
+        n_ctx=512,
+    )
+    sampling = config.sampling
+    baseline = make_engine(config, speculative=False)
     try:
-        base = baseline.generate(tokens, sampling=GREEDY, seed=None, max_tokens=16)
+        tokens = _suite_tokens(baseline, KEYS[:2])
+        runs = [
+            (t, baseline.generate(t, sampling=sampling, seed=seed, max_tokens=12))
+            for t in tokens
+            for seed in (1, 2)
+        ]
+        for prompt, run in runs[::-1]:  # another prompt's state in between each time
+            assert np.array_equal(baseline.rescore(prompt, run.tokens, batched=False), run.logits)
     finally:
         baseline.close()
-    assert spec.tokens == base.tokens
+    speculative = make_engine(config, speculative=True)
+    try:
+        prompt, run = runs[0]
+        spec = speculative.generate(prompt, sampling=sampling, seed=1, max_tokens=12)
+        batched = speculative.rescore(prompt, spec.tokens, batched=True)
+        again = speculative.rescore(prompt, spec.tokens, batched=True)
+        single = speculative.rescore(prompt, run.tokens, batched=False)
+    finally:
+        speculative.close()
+    assert np.array_equal(batched, again)
+    assert float(np.abs(batched - spec.logits).max()) < 1e-2
+    assert float(np.abs(single - run.logits).max()) < 1e-2
+
+
+def test_the_reference_sampler_restores_a_recurrent_target_after_a_rejection(tiny_config):
+    """The textbook rejection sampler on the tiny pair, greedy and at 0.8: it runs past its
+    rejections (it used to decode behind the state) and each token is its row's argmax at 0."""
+    from equiv.engines.reference import make_engine
+
+    engine = make_engine(tiny_config, speculative=True)
+    try:
+        assert engine.fingerprint()["verify"].startswith("checkpoint")
+        tokens = _suite_tokens(engine, KEYS[:1])[0]
+        greedy = engine.generate(tokens, sampling=GREEDY, seed=None, max_tokens=24)
+        hot = engine.generate(tokens, sampling=SamplingConfig(temp=0.8), seed=3, max_tokens=24)
+    finally:
+        engine.close()
+    assert greedy.logits is not None
+    assert greedy.n_tokens == hot.n_tokens == 24
+    assert all(r[t] == r.max() for t, r in zip(greedy.tokens, greedy.logits, strict=True))
+    assert any(s.accepted < s.drafted for s in greedy.draft_steps)
+    assert any(not j.accepted for j in hot.judgements)
 
 
 # -- llama-server: the checkpoint-and-replay path --------------------------------------------------

@@ -100,6 +100,7 @@ FINGERPRINT_KEYS: dict[str, tuple[str, ...]] = {
         "draft_quant",
         "draft_config",
         "engine",
+        "verify",  # how the speculative path verifies drafts, when not as plain llama.cpp
     ),
 }
 

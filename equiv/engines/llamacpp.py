@@ -7,6 +7,11 @@ Why the baseline evaluates with ``logits_all=False``: that is plain decoding as 
 its score buffer from that flag), so its output layer multiplies every row of each batch. Making the
 baseline ``logits_all=True`` too would hide part of the real difference between the two
 deployments; equiv compares them as deployed and lets the classifier measure the drift.
+
+A target that cannot roll back (recurrent or hybrid memory) cannot take llama-cpp-python's
+``draft_model`` path, which drops a rejected draft's tail from the cache: its speculative path
+verifies drafts by checkpoint and replay, as llama-server does (`equiv.engines.replay`), and its
+prompt prefix is kept as a checkpoint for the seeds of a sampling run and for re-scoring.
 """
 
 from __future__ import annotations
@@ -20,24 +25,19 @@ import llama_cpp
 import numpy as np
 import numpy.typing as npt
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-from llama_cpp.llama_speculative import LlamaDraftModel
 
-from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
+from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
+from equiv.engines.chat import BUILTIN_TEMPLATES, apply_builtin_template
+from equiv.engines.draft import GGUFDraftModel, last_row
+from equiv.engines.replay import Checkpoint, Replay, cannot_roll_back, decode
 from equiv.errors import EngineError, ModelError
 from equiv.models.gguf import read_gguf_info
 from equiv.models.quiet import quiet_stderr
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
-from equiv.records.generation import top_k
 
 __all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine"]
-
-# GGUF files without tokenizer.chat_template get llama.cpp's built-in template of their family,
-# as llama.cpp itself would pick it (llama_chat_apply_template accepts these names).
-_BUILTIN_TEMPLATES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama3"}
-# llama.cpp's draft sampler keeps the top 10 before it reads p (common/speculative.cpp).
-_DRAFT_TOP_N = 10
 
 
 def _load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any) -> Any:
@@ -63,60 +63,8 @@ def _load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any
         ) from None
 
 
-def _last_row(llm: Any) -> npt.NDArray[np.float32]:
-    ptr = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
-    return np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),))
-
-
-class GGUFDraftModel(LlamaDraftModel):
-    """A GGUF draft model behind llama-cpp-python's ``draft_model`` hook, drafting as llama.cpp.
-
-    It keeps its own KV cache across calls and evaluates only the tokens it has not seen; proposes
-    up to ``draft_max`` greedy tokens; stops when the top token's probability (softmax over the
-    top 10, as llama.cpp's draft sampler) falls below ``p_min``; returns nothing when fewer than
-    ``draft_min`` tokens were drafted. Every call is recorded in ``calls``.
-    """
-
-    def __init__(self, llm: Any, config: DraftConfig) -> None:
-        self.llm = llm
-        self.config = config
-        self.calls: list[tuple[int, tuple[int, ...]]] = []
-        self.seconds = 0.0  # time spent drafting (prompt evaluation excluded), for the cost ratio
-
-    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
-        started = time.perf_counter()
-        llm = self.llm
-        ids = input_ids.tolist()
-        cached = llm.input_ids[: llm.n_tokens].tolist()
-        keep = 0
-        for a, b in zip(cached, ids, strict=False):
-            if a != b:
-                break
-            keep += 1
-        keep = min(keep, len(ids) - 1)  # re-evaluate at least the last token to get its logits
-        llm.n_tokens = keep  # Llama.eval drops the KV cache from n_tokens on
-        llm.eval(ids[keep:])
-        if len(ids) - keep > 2:  # the prompt itself: a per-prompt cost, not a drafting step
-            started = time.perf_counter()
-        budget = min(self.config.draft_max, llm.n_ctx() - len(ids) - 1)
-        drafted: list[int] = []
-        while len(drafted) < budget:
-            row = _last_row(llm)
-            top = top_k(row, _DRAFT_TOP_N)  # descending, lowest id first on ties
-            logits = row[top].astype(np.float64)
-            probs = np.exp(logits - logits.max())
-            probs /= probs.sum()
-            best = int(top[0])
-            if float(probs.max()) < self.config.p_min:
-                break
-            drafted.append(best)
-            if len(drafted) < budget:
-                llm.eval([best])
-        if len(drafted) < self.config.draft_min:
-            drafted = []
-        self.calls.append((len(ids), tuple(drafted)))
-        self.seconds += time.perf_counter() - started
-        return np.array(drafted, dtype=np.intc)
+#: The context's last output row (kept under this name for engines built on this module).
+_last_row = last_row
 
 
 class LlamaCppEngine:
@@ -141,13 +89,25 @@ class LlamaCppEngine:
         self._init_vocab()
 
     def _init_vocab(self) -> None:
+        self._init_memory()
+        self._init_tokens()
+
+    def _init_memory(self) -> None:
+        #: False for a recurrent or hybrid target: rejected drafts are undone from checkpoints.
+        self.rolls_back = not cannot_roll_back(self.llm)
+        self._prefix: Checkpoint | None = None  # the prompt minus its last token (no roll back)
+        #: The partly accepted drafts of the last `generate` (checkpoint-and-replay path only).
+        self.last_replays: tuple[Replay, ...] = ()
+        self.last_checkpoints = 0
+
+    def _init_tokens(self) -> None:
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
         self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._n_vocab: int = self.llm.n_vocab()
         template = self.llm.metadata.get("tokenizer.chat_template")
         arch = self.llm.metadata.get("general.architecture", "")
         self._template: str | None = template
-        self._builtin_template = None if template else _BUILTIN_TEMPLATES.get(arch)
+        self._builtin_template = None if template else BUILTIN_TEMPLATES.get(arch)
         self._formatter: Jinja2ChatFormatter | None = None
         if template:
             specials = self.llm._model
@@ -166,7 +126,7 @@ class LlamaCppEngine:
             messages: Any = [{"role": r, "content": c} for r, c in prompt.messages]
             rendered = self._formatter(messages=messages).prompt
         elif self._builtin_template is not None:
-            rendered = _apply_builtin_template(self._builtin_template, prompt.messages)
+            rendered = apply_builtin_template(self._builtin_template, prompt.messages)
         else:
             raise ModelError(
                 f"prompt {prompt.key!r} is a chat but {self.config.target.path!r} has no chat "
@@ -205,6 +165,10 @@ class LlamaCppEngine:
             self._cache_prefix(prompt_tokens)
         else:
             self._eval_prompt(prompt_tokens)  # temp 0: afresh, as a user's first request
+        if self._draft is not None and not self.rolls_back:
+            return self._generate_replaying(
+                prompt_tokens, sampling=sampling, seed=seed, max_tokens=max_tokens
+            )
         rows = np.empty((max_tokens, self._n_vocab), dtype=np.float32)
         tokens: list[int] = []
         stop_reason = "length"
@@ -253,6 +217,64 @@ class LlamaCppEngine:
             t_decode=t_end - t_first,
             draft_steps=self._draft_steps(n_prompt, tokens),
             draft_s=self._draft.seconds if self._draft is not None else 0.0,
+        )
+
+    def _generate_replaying(
+        self,
+        prompt_tokens: Sequence[int],
+        *,
+        sampling: SamplingConfig,
+        seed: int | None,
+        max_tokens: int,
+    ) -> Generation:
+        """The speculative path of a target that cannot roll back (`equiv.engines.replay`), from
+        a prompt `generate` has evaluated (in sampling mode, all but its last token)."""
+        llm, draft = self.llm, self._draft
+        assert draft is not None
+        n_prompt = len(prompt_tokens)
+        t0 = time.perf_counter()
+        if llm.n_tokens < n_prompt:  # sampling: the last prompt token, as Llama.generate does
+            llm.eval([prompt_tokens[-1]])
+
+        def make_sampler() -> Any:
+            return llm._init_sampler(
+                temp=sampling.temp,
+                top_k=sampling.top_k,
+                top_p=sampling.top_p,
+                min_p=sampling.min_p,
+                typical_p=sampling.typical_p,
+                repeat_penalty=sampling.repeat_penalty,
+                frequency_penalty=sampling.frequency_penalty,
+                presence_penalty=sampling.presence_penalty,
+            )
+
+        try:
+            out = decode(
+                llm,
+                draft,
+                make_sampler,
+                n_prompt=n_prompt,
+                max_tokens=max_tokens,
+                is_eog=self._is_eog,
+            )
+        except (RuntimeError, ctypes.ArgumentError) as exc:
+            raise EngineError(
+                f"llama.cpp failed while generating on the {self.path} path (checkpoint and "
+                f"replay): {exc}"
+            ) from None
+        t_end = time.perf_counter()
+        self.last_replays = tuple(out.replays)
+        self.last_checkpoints = out.checkpoints
+        return self._generation(
+            prompt_tokens,
+            out.tokens,
+            out.rows,
+            stop_reason=out.stop_reason,
+            seed=seed,
+            t_prompt=out.t_first - t0,
+            t_decode=t_end - out.t_first,
+            draft_steps=self._draft_steps(n_prompt, out.tokens),
+            draft_s=draft.seconds,
         )
 
     def _check_fits(self, n_prompt: int, max_tokens: int) -> None:
@@ -313,11 +335,29 @@ class LlamaCppEngine:
         """
         llm = self.llm
         head = list(prompt_tokens[:-1])
+        if not self.rolls_back:
+            self._restore_prefix(head)
+            return
         if llm.n_tokens >= len(head) and llm.input_ids[: len(head)].tolist() == head:
             return
         llm.reset()
         if head:
             self._eval_without_rows(head)
+
+    def _restore_prefix(self, head: list[int]) -> None:
+        """`_cache_prefix` for a target that cannot roll back: the state after ``head`` exactly,
+        restored from a checkpoint saved when ``head`` was first evaluated."""
+        llm = self.llm
+        if llm.n_tokens == len(head) and llm.input_ids[: len(head)].tolist() == head:
+            return
+        if self._prefix is not None and self._prefix.tokens == tuple(head):
+            self._prefix.restore(llm)
+            return
+        llm.reset()
+        self._prefix = None
+        if head:
+            self._eval_without_rows(head)
+            self._prefix = Checkpoint(llm, partial=False)
 
     def _eval_without_rows(self, tokens: Sequence[int]) -> None:
         """Evaluate into the KV cache with the output row of each batch's last token only, even
@@ -427,6 +467,10 @@ class LlamaCppEngine:
             "sampling": cfg.sampling.to_dict(),
             "seed_policy": "explicit seeds 1..2**32-2 (0 refused: random in llama-cpp-python)",
         }
+        if not self.rolls_back:
+            fp["target_memory"] = "recurrent: no roll back"
+            if self._draft is not None:
+                fp["verify"] = "checkpoint and replay (as llama-server)"
         if self._draft is not None:
             draft = read_gguf_info(cfg.draft.path)
             fp["draft_sha256"] = draft.sha256
@@ -438,24 +482,6 @@ class LlamaCppEngine:
         for llm in (self.llm, self._draft_llm):
             if llm is not None:
                 llm.close()
-
-
-def _apply_builtin_template(name: str, messages: Sequence[tuple[str, str]]) -> str:
-    """Render ``messages`` with one of llama.cpp's built-in chat templates."""
-    encoded = [(role.encode(), content.encode()) for role, content in messages]
-    chat = (llama_cpp.llama_chat_message * len(encoded))(
-        *(llama_cpp.llama_chat_message(role=r, content=c) for r, c in encoded)
-    )
-    size = 2 * sum(len(r) + len(c) for r, c in encoded) + 256
-    buf = ctypes.create_string_buffer(size)
-    n = llama_cpp.llama_chat_apply_template(name.encode(), chat, len(encoded), True, buf, size)
-    if n > size:  # the first guess was short: llama.cpp says how much it needs
-        size = n + 1
-        buf = ctypes.create_string_buffer(size)
-        n = llama_cpp.llama_chat_apply_template(name.encode(), chat, len(encoded), True, buf, size)
-    if n < 0:
-        raise ModelError(f"llama.cpp's built-in chat template {name!r} failed (code {n})")
-    return bytes(buf.raw[:n]).decode("utf-8")
 
 
 def _sha(text: str | None) -> str | None:

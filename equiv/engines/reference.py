@@ -15,7 +15,8 @@ shown to catch each one.
 
 Select with ``--engine reference`` (the correct rule) or ``--engine reference:greedy`` etc.
 (``equiv.engines.reference:make_engine`` for the correct rule as a ``module:attr`` factory); the
-baseline path is the plain llama-cpp-python engine.
+baseline path is the plain llama-cpp-python engine. A target that cannot roll back (recurrent)
+is saved before each verification and restored after a rejection (`equiv.engines.replay`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import numpy.typing as npt
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.base import Capabilities, EngineFactory
-from equiv.engines.llamacpp import LlamaCppEngine, _last_row, _load_llama
+from equiv.engines.draft import last_row
+from equiv.engines.llamacpp import LlamaCppEngine, _load_llama
+from equiv.engines.replay import Checkpoint
 from equiv.errors import ConfigError
 from equiv.records import DraftStep, Generation, Judgement
 from equiv.verdicts.chain import chain_probs
@@ -114,7 +117,7 @@ class ReferenceEngine(LlamaCppEngine):
             qs: list[Any] = []
             q_wrongs: list[Any] = []
             for _ in range(min(k_max, max_tokens - len(emitted))):
-                row = _last_row(draft)
+                row = last_row(draft)
                 draft_rows.append(row.copy())
                 qs.append(_probs(row, sampling, temp))
                 if self.rule is Rule.WRONG_TEMP:
@@ -122,6 +125,9 @@ class ReferenceEngine(LlamaCppEngine):
                 drafts.append(_draw(qs[-1], rng))
                 draft.eval([drafts[-1]])
             # Verify: one batch through the target; row j is the distribution of drafts[j].
+            # A target that cannot roll back is saved first and, on a rejection, restored and
+            # given the kept tokens again (llama-server's replay; the decisions stay these rows').
+            checkpoint = None if self.rolls_back else Checkpoint(target, partial=True)
             target.n_tokens = len(context)
             target.eval(pending + drafts)
             base = len(context) + len(pending) - 1
@@ -151,6 +157,9 @@ class ReferenceEngine(LlamaCppEngine):
                 out.append(_draw(_probs(batch_rows[len(drafts)], sampling, temp), rng))
                 rows.append(batch_rows[len(drafts)].copy())
             steps.append(DraftStep(len(emitted), len(drafts), accepted))
+            if checkpoint is not None and accepted < len(drafts):
+                checkpoint.restore(target)
+                target.eval(pending + out[:-1])
             if not emitted:
                 t_first = time.perf_counter()
             context += pending + out[:-1]
@@ -181,6 +190,8 @@ class ReferenceEngine(LlamaCppEngine):
         fp = super().fingerprint()
         fp["engine"] = f"reference:{self.rule.value}"
         fp["logits_all"] = True
+        if not self.rolls_back:
+            fp["verify"] = "checkpoint, restore and replay of the kept tokens"
         return fp
 
 

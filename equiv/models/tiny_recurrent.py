@@ -46,8 +46,29 @@ from equiv.models.gguf import MetaValue, read_gguf_info, read_tokenizer_kv
 __all__ = ["SEED", "VERSION", "TinyPair", "build_tiny_recurrent_pair"]
 
 #: Bump when anything that changes the files' bytes changes (shapes, scales, seed, layout).
-VERSION = "1"
+VERSION = "2"
 SEED = 20240617
+
+#: llama.cpp's built-in ``gemma`` chat template (``LLM_CHAT_TEMPLATE_GEMMA``, which the bundled
+#: Gemma 3 gets by its architecture) written as Jinja: a system message joins the first user turn.
+#: A ``mamba`` or ``llama`` file has no built-in Gemma template, so the tiny pair carries this one;
+#: llama-server detects it as ``gemma`` (``<start_of_turn>``) and renders the same text.
+GEMMA_CHAT_TEMPLATE = (
+    "{%- set ns = namespace(system='') -%}"
+    "{%- for message in messages -%}"
+    "{%- if message['role'] == 'system' -%}"
+    "{%- set ns.system = ns.system + message['content'] | trim -%}"
+    "{%- else -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{- '<start_of_turn>' + role + '\\n' -}}"
+    "{%- if ns.system and role != 'model' -%}"
+    "{{- ns.system + '\\n\\n' -}}{%- set ns.system = '' -%}"
+    "{%- endif -%}"
+    "{{- message['content'] | trim + '<end_of_turn>\\n' -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"
+)
 
 N_EMBD = 32
 CONTEXT_LENGTH = 4096
@@ -248,6 +269,7 @@ def _write(
             writer.add_uint32(f"{arch}.{key}", value)
     for key, meta in tokenizer.items():
         writer.add_key_value(key, meta.value, meta.type, sub_type=meta.item_type)
+    writer.add_chat_template(GEMMA_CHAT_TEMPLATE)
     for name, array in tensors.items():
         writer.add_tensor(name, array)
     try:

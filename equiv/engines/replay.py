@@ -1,0 +1,213 @@
+"""Speculative decoding in process on a target that cannot roll back: checkpoint and replay, as
+llama-server does it.
+
+A recurrent (Mamba, RWKV) or hybrid target keeps one state per sequence, not an entry per token,
+so it cannot drop the tail of a rejected draft: ``llama_memory_seq_rm`` refuses, and
+llama-cpp-python's ``draft_model`` hook then decodes behind its state (``llama_decode returned
+-1``). llama-server verifies drafts for such a target on another path (``use_ckpt_tgt`` and
+``spec_is_replay`` in ``tools/server/server-context.cpp``), and `decode` follows it step by step:
+
+1. a draft is proposed for the context plus the last emitted token; before it is verified, the
+   target's sequence state is saved (a `Checkpoint`) and the sampler cloned, its RNG included;
+2. the last emitted token and the draft are evaluated in one batch, and each row is sampled in
+   turn, a draft token kept while the sample equals it (``common_sampler_sample_and_accept_n``);
+3. every draft token kept: they and the sample after them (the bonus) are emitted;
+4. some rejected: nothing is emitted; the checkpoint and the sampler are restored, and the kept
+   tokens (the accepted draft tokens and the target's own sample after them) are verified as
+   the next draft: the *replay*. Its batch is shorter, so its rows may differ from the first
+   batch's in the last bits; its samples are what is emitted. A replay that itself keeps only part
+   of its tokens is restored and replayed again.
+
+Because the sampler is restored, a replay draws the same random numbers as the verification it
+repeats: on equal rows it emits the same tokens, and each emitted token is a sample of the
+row it is recorded with, as on every other path. The draft model is the engine's own
+(`equiv.engines.draft.GGUFDraftModel`), so drafting rounds are recorded as on the rolling-back
+path. This module knows llama-cpp-python's ``Llama`` and its sampler, not the engine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp
+import numpy as np
+import numpy.typing as npt
+
+from equiv.errors import EngineError
+
+__all__ = ["Checkpoint", "Decoded", "Replay", "cannot_roll_back", "decode"]
+
+#: llama-cpp-python evaluates every batch as sequence 0.
+_SEQ = 0
+
+
+def cannot_roll_back(llm: Any) -> bool:
+    """Whether ``llm``'s memory is recurrent or hybrid: it cannot drop a sequence's tail, so a
+    rejected draft is undone from a checkpoint instead (llama-server's seq_rm type ``FULL``)."""
+    model = llm.model
+    hybrid = getattr(llama_cpp, "llama_model_is_hybrid", None)
+    return bool(llama_cpp.llama_model_is_recurrent(model)) or bool(
+        hybrid is not None and hybrid(model)
+    )
+
+
+class Checkpoint:
+    """The state of a ``Llama``'s sequence, saved with the tokens it holds, to be restored.
+
+    ``partial``: only the part that cannot roll back (the recurrent state of a hybrid model),
+    as llama-server's speculative checkpoints (``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``); the
+    attention cache is then cut back to the saved length on restore. Without it, the whole state.
+    """
+
+    def __init__(self, llm: Any, *, partial: bool) -> None:
+        self.flags = (
+            llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+            if partial
+            else llama_cpp.LLAMA_STATE_SEQ_FLAGS_NONE
+        )
+        size = int(llama_cpp.llama_state_seq_get_size_ext(llm.ctx, _SEQ, self.flags))
+        self.data = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data_ext(llm.ctx, self.data, size, _SEQ, self.flags)
+        if written != size:
+            raise EngineError(
+                f"llama.cpp saved {written} of {size} bytes of the target's state for a "
+                "checkpoint; this llama-cpp-python cannot verify drafts on a recurrent target"
+            )
+        self.tokens: tuple[int, ...] = tuple(int(t) for t in llm.input_ids[: llm.n_tokens])
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def restore(self, llm: Any) -> None:
+        """Put the saved state back: ``llm`` then holds exactly ``tokens``."""
+        read = llama_cpp.llama_state_seq_set_data_ext(
+            llm.ctx, self.data, len(self.data), _SEQ, self.flags
+        )
+        if read == 0:
+            raise EngineError(
+                f"llama.cpp refused to restore a checkpoint of {self.size} bytes "
+                f"({len(self.tokens)} tokens) of the target's state"
+            )
+        n = len(self.tokens)
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+        if not llama_cpp.llama_memory_seq_rm(memory, _SEQ, n, -1):
+            raise EngineError(f"llama.cpp could not cut the restored state back to {n} tokens")
+        llm.input_ids[:n] = self.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True  # the context's logits are not this state's
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A partly accepted draft: at output position ``pos`` the target kept ``accepted`` of
+    ``drafted`` tokens; the checkpoint was restored and the kept tokens replayed. ``replay``
+    counts the verifications of this step before it (0: the first verification rejected)."""
+
+    pos: int
+    drafted: int
+    accepted: int
+    replay: int = 0
+
+
+@dataclass
+class Decoded:
+    """What `decode` emitted: ``rows[k]`` is the row ``tokens[k]`` was sampled from."""
+
+    tokens: list[int]
+    rows: npt.NDArray[np.float32]
+    stop_reason: str
+    t_first: float
+    replays: list[Replay] = field(default_factory=list)
+    checkpoints: int = 0
+    checkpoint_bytes: int = 0  # the largest checkpoint
+
+
+def decode(
+    llm: Any,
+    draft: Callable[[npt.NDArray[np.intc]], npt.NDArray[np.intc]],
+    make_sampler: Callable[[], Any],
+    *,
+    n_prompt: int,
+    max_tokens: int,
+    is_eog: Callable[[int], bool],
+) -> Decoded:
+    """Generate after a prompt ``llm`` has just evaluated (its last row is the context's last
+    output), verifying ``draft``'s proposals by checkpoint and replay; see the module docstring.
+
+    ``llm`` must compute every row of a batch (``logits_all``); ``make_sampler`` gives the
+    target's sampler chain (a llama-cpp-python ``LlamaSampler``, cloneable).
+    """
+    rows = np.empty((max_tokens, llm.n_vocab()), dtype=np.float32)
+    out = Decoded(tokens=[], rows=rows, stop_reason="length", t_first=time.perf_counter())
+    tokens = out.tokens
+
+    def emit(token: int, row: npt.NDArray[np.float32]) -> bool:
+        """Record one token; True when generation ends with it."""
+        rows[len(tokens)] = row
+        tokens.append(token)
+        if is_eog(token):
+            out.stop_reason = "eos"
+            return True
+        return len(tokens) >= max_tokens
+
+    sampler = make_sampler()
+    saved: Any = None
+    try:
+        done = emit(int(sampler.sample(llm._ctx, -1)), llm.scores[n_prompt - 1])
+        out.t_first = time.perf_counter()
+        replay: list[int] = []
+        checkpoint: Checkpoint | None = None
+        while not done:
+            last, n_past = tokens[-1], llm.n_tokens
+            if replay:
+                proposed = replay
+            else:
+                ids = np.array([*llm.input_ids[:n_past].tolist(), last], dtype=np.intc)
+                proposed = [int(t) for t in draft(ids)]
+                if proposed:
+                    checkpoint = Checkpoint(llm, partial=True)
+                    out.checkpoints += 1
+                    out.checkpoint_bytes = max(out.checkpoint_bytes, checkpoint.size)
+            if not proposed:  # nothing drafted: one token, as plain decoding
+                llm.eval([last])
+                done = emit(int(sampler.sample(llm._ctx, -1)), llm.scores[n_past])
+                continue
+            assert checkpoint is not None
+            saved = sampler.clone()
+            llm.eval([last, *proposed])
+            kept: list[int] = []
+            for i in range(len(proposed) + 1):
+                kept.append(int(sampler.sample(llm._ctx, i)))
+                if i == len(proposed) or kept[-1] != proposed[i]:
+                    break
+            if len(kept) <= len(proposed):  # a rejection: restore, then replay what was kept
+                rounds = sum(1 for r in out.replays if r.pos == len(tokens))
+                if rounds > len(proposed) + 1:
+                    raise EngineError(
+                        f"the replay at output position {len(tokens)} did not settle after "
+                        f"{rounds} rounds: the target's rows change between batches that "
+                        "should give the same"
+                    )
+                out.replays.append(Replay(len(tokens), len(proposed), len(kept) - 1, rounds))
+                checkpoint.restore(llm)
+                sampler.close()
+                sampler, saved = saved, None
+                replay = kept
+                continue
+            saved.close()
+            saved, replay = None, []
+            for i, token in enumerate(kept):
+                done = emit(token, llm.scores[n_past + i])
+                if done:
+                    break
+    finally:
+        sampler.close()
+        if saved is not None:
+            saved.close()
+    out.rows = rows[: len(tokens)]
+    return out
