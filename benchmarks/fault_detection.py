@@ -38,7 +38,7 @@ from equiv.prompts import load_suites
 from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.sampling_evidence import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze_prompt
 from equiv.verdicts.sampling_verdict import classify_sampling
 
 ENGINES = [

@@ -37,7 +37,7 @@ from equiv.records import ResultsFile
 from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.sampling_evidence import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze_prompt
 from equiv.verdicts.sampling_verdict import classify_sampling
 
 #: Added to the speculative path's seeds, so that its samples are independent of the baseline's

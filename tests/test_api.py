@@ -120,7 +120,7 @@ def test_the_cycle_check_sees_a_cycle():
 
 #: Modules still past `MAX_LINES`, to be split by their owners; this set only shrinks.
 MAX_LINES = 500
-LONG_MODULES = {"equiv/run/runner.py", "equiv/verdicts/sampling_evidence.py"}
+LONG_MODULES = {"equiv/run/runner.py"}
 
 
 def test_no_module_is_past_500_lines():

@@ -14,14 +14,11 @@ import pytest
 
 from equiv.config import SamplingConfig
 from equiv.records.verdict import Label
-from equiv.verdicts.sampling_evidence import (
-    analyze_prompt,
-    batched_vs_placebo,
-    chain_distribution,
-    chain_pit,
-    chain_sensitivity,
-)
+from equiv.verdicts.chain import chain_distribution
+from equiv.verdicts.pit_tests import batched_vs_placebo
+from equiv.verdicts.prompt_analysis import analyze_prompt
 from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
+from equiv.verdicts.token_evidence import chain_pit, chain_sensitivity
 
 COOL = SamplingConfig(temp=0.2, top_k=40, top_p=0.95, min_p=0.05)
 ALPHA = 0.01

@@ -8,7 +8,7 @@ from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.records import Judgement
 from equiv.records.verdict import Label
 from equiv.verdicts.chain import chain_probs, pit_position
-from equiv.verdicts.sampling_evidence import analyze_prompt, chain_pit, judgement_evidence
+from equiv.verdicts.prompt_analysis import analyze_prompt
 from equiv.verdicts.sampling_verdict import classify_sampling
 from equiv.verdicts.stats import (
     acceptance_rate_test,
@@ -16,6 +16,7 @@ from equiv.verdicts.stats import (
     pit_uniformity_test,
     randomized_pit,
 )
+from equiv.verdicts.token_evidence import chain_pit, judgement_evidence
 
 
 def test_chain_pit_matches_the_full_vocabulary_computation():

@@ -20,8 +20,8 @@ from equiv.verdicts.placebo import (
     temperature_vs_placebo,
     top_token_vs_placebo,
 )
-from equiv.verdicts.sampling_evidence import _pit, _sensitivity
 from equiv.verdicts.stats import randomized_pit, top_token_test
+from equiv.verdicts.token_evidence import _pit, _sensitivity
 
 ALPHA = 0.01
 IDS = np.arange(8)
@@ -30,7 +30,7 @@ IDS = np.arange(8)
 def _scored(q, tokens):
     """PIT triples ``[mass_before, p_token, p_top]`` and sensitivities of ``tokens`` under rows
     ``q`` (n, V), vectorized: tokens ranked by probability descending, ties by id, as
-    `sampling_evidence._pit` and `_sensitivity` rank them (checked against them below)."""
+    `token_evidence._pit` and `_sensitivity` rank them (checked against them below)."""
     n = q.shape[0]
     order = np.lexsort((np.broadcast_to(IDS, q.shape), -q), axis=1)
     sorted_q = np.take_along_axis(q, order, axis=1)

@@ -13,13 +13,10 @@ import numpy as np
 import pytest
 
 from equiv.config import SamplingConfig
-from equiv.verdicts.sampling_evidence import (
-    analyze_prompt,
-    chain_distribution,
-    chain_pit,
-    chain_sensitivity,
-)
+from equiv.verdicts.chain import chain_distribution
+from equiv.verdicts.prompt_analysis import analyze_prompt
 from equiv.verdicts.stats import randomized_pit, temperature_test
+from equiv.verdicts.token_evidence import chain_pit, chain_sensitivity
 
 ALPHA = 0.01
 WARM = SamplingConfig(temp=0.8, top_k=40, top_p=0.95, min_p=0.05)

@@ -38,15 +38,11 @@ from equiv.verdicts.compare import compare
 from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.fidelity import rescore_fidelity
 from equiv.verdicts.graders import grade_pair
-from equiv.verdicts.sampling_evidence import (
-    analyze_prompt,
-    batched_vs_placebo,
-    chain_evidence,
-    judgement_evidence,
-    top_k_rows,
-)
+from equiv.verdicts.pit_tests import batched_vs_placebo
+from equiv.verdicts.prompt_analysis import analyze_prompt
 from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
 from equiv.verdicts.summary import summarize
+from equiv.verdicts.token_evidence import chain_evidence, judgement_evidence, top_k_rows
 
 __all__ = [
     "SELF_DRAFT_MIN_ACCEPTANCE",

@@ -1,4 +1,4 @@
-"""The verdict at temperature > 0, from one prompt's analysis (`sampling_evidence.analyze_prompt`).
+"""The verdict at temperature > 0, from one prompt's analysis (`prompt_analysis.analyze_prompt`).
 
 Every rule reads a comparison with the *placebo*: the baseline's own samples through the very
 pipeline the speculative samples go through (the same rows, re-scored the same way). A test of
@@ -17,7 +17,7 @@ prompt's share alpha/P of the run's level. In order:
 - ``sampler-bug`` when a test of the speculative samples against the placebo rejects (PIT
   histograms, top-token excess, temperature), in process; over HTTP only if it rejects again
   with the speculative samples re-scored *batched*, as verification evaluates
-  (`sampling_evidence.batched_vs_placebo`): ``numeric-drift`` if they then agree with the
+  (`pit_tests.batched_vs_placebo`): ``numeric-drift`` if they then agree with the
   placebo and the same kind of test had the power to see it, ``inconclusive`` if not or if that
   could not be asked;
 - ``sampler-bug`` when the logits the speculative sampler used are not the target's (mean KL to
@@ -119,7 +119,7 @@ def _batched_answer(
     evidence: Mapping[str, Any] | None, kind: str, alpha: float
 ) -> tuple[Any, str, Label]:
     """What the speculative samples re-scored *batched* say against the placebo
-    (`sampling_evidence.batched_vs_placebo`), after ``kind`` rejected under single-token rows:
+    (`pit_tests.batched_vs_placebo`), after ``kind`` rejected under single-token rows:
     ``(figures, words, label)``. ``sampler-bug`` if a batched test rejects; ``numeric-drift`` if
     none does and the batched test of the same kind had the power to; else ``inconclusive``."""
     if not evidence or not evidence.get("tests"):

@@ -136,7 +136,7 @@ def temperature_test(
     H0; λ > 1 a colder sampler: greedy-ish acceptance, a temperature applied too low; λ < 1 a
     hotter one). The statistic weighs the normal scores ``Z = Φ⁻¹(u)`` of the randomized PITs
     ``u`` (`randomized_pit`, tokens ranked by probability descending) by each position's
-    sensitivity ``k = d/dλ E_λ[Z]`` (`equiv.verdicts.sampling_evidence.chain_sensitivity`)::
+    sensitivity ``k = d/dλ E_λ[Z]`` (`equiv.verdicts.token_evidence.chain_sensitivity`)::
 
         T = Σ k Z / sqrt(Σ k²)        (k <= 0, so T > 0: colder)
 

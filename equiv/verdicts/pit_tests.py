@@ -1,0 +1,246 @@
+"""The PIT tests over one sampled prompt's pooled seeds, each sample a record of evidence
+(`equiv.verdicts.token_evidence`):
+
+- the speculative samples against the placebo, the baseline's samples scored by the same
+  instrument (`equiv.verdicts.placebo`): the tests that may decide ``sampler-bug``
+  (`vs_placebo`), and over HTTP their batched follow-up (`batched_vs_placebo`);
+- sampler consistency, per path, against the instrument's rows alone (PIT uniformity, top-token
+  count, temperature: `consistency`);
+- the stages of a rejection sampler, for engines that report their judgements (`stage_tests`).
+
+`pipeline` says which PIT entries are the instrument. Pure functions of records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.verdicts.placebo import pit_vs_placebo, temperature_vs_placebo, top_token_vs_placebo
+from equiv.verdicts.stats import (
+    TestResult,
+    acceptance_rate_test,
+    forced_decisions_test,
+    holm,
+    pit_uniformity_test,
+    randomized_pit,
+    temperature_test,
+    top_token_test,
+)
+
+__all__ = [
+    "DEGENERATE",
+    "PIT_BINS",
+    "adjusted",
+    "batched_vs_placebo",
+    "consistency",
+    "pipeline",
+    "pit_seed",
+    "pit_values",
+    "renamed",
+    "stage_tests",
+    "vs_placebo",
+]
+
+PIT_BINS = 10
+DEGENERATE = 1.0 - 1e-9  # a chain distribution whose top token holds all the mass
+
+
+def pipeline(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[str, str]:
+    """Which PIT entries each path's samples are scored by: the same instrument for both. In
+    process the rows each path reported (``chain_pit``); over HTTP the target's single-token rows
+    re-scored on the baseline server (``target_pit``), for the baseline's samples (the placebo)
+    as for the speculative ones. A path whose records lack them (re-scoring not offered or
+    failed) is left out."""
+    key = "chain_pit" if has_logits else "target_pit"
+    return {
+        path: key
+        for path in ("baseline", "speculative")
+        if records and all(key in r[path] for r in records)
+    }
+
+
+def pit_seed(records: Sequence[Mapping[str, Any]]) -> int:
+    """The randomized PIT's seed: fixed by the prompt and its number of samples."""
+    return sum(str(records[0]["key"]).split("::")[0].encode()) + len(records)
+
+
+def pit_values(
+    records: Sequence[Mapping[str, Any]], path: str, seed: int, key: str = "chain_pit"
+) -> Any:
+    """Randomized PIT values of the emitted tokens, leaving out positions where the chain left a
+    single token: there u would be the uniform V alone, pure noise that only dilutes the test
+    (dropping them conditions on the distribution, not on the draw, so H0 still holds)."""
+    pits = [t for r in records for t in r[path].get(key, []) if t[2] < DEGENERATE]
+    if not pits:
+        return np.empty(0)
+    arr = np.asarray(pits, dtype=np.float64)
+    return randomized_pit(arr[:, 0], arr[:, 1], np.random.default_rng(seed))
+
+
+def consistency(
+    records: Sequence[Mapping[str, Any]],
+    path: str,
+    key: str,
+    alpha: float,
+    effect_w: float,
+    u: Any,
+    label: str,
+) -> list[TestResult]:
+    """One path's sampler-consistency tests on the PIT entries under ``key`` (and the
+    sensitivities beside them): PIT uniformity over ``u``, the top-token count, and the
+    temperature test where every record has its sensitivities; each named ``<test>:<label>``."""
+    result = pit_uniformity_test(u, alpha=alpha, bins=PIT_BINS, effect_w=effect_w)
+    tests = [renamed(result, f"sampler-consistency:{label}")]
+    tests.append(renamed(_top_token(records, path, alpha, key), f"top-token:{label}"))
+    sens_key = key.replace("_pit", "_sensitivity")
+    if all(key in r[path] and sens_key in r[path] for r in records):
+        seed = pit_seed(records) + 3 + (path == "speculative")  # each path its own draws
+        tests.append(
+            renamed(
+                _temperature(records, path, (key, sens_key), alpha, seed), f"temperature:{label}"
+            )
+        )
+    return tests
+
+
+def _top_token(
+    records: Sequence[Mapping[str, Any]], path: str, alpha: float, key: str = "chain_pit"
+) -> TestResult:
+    pits = np.asarray([t for r in records for t in r[path].get(key, [])], dtype=float)
+    if pits.size == 0:
+        return top_token_test([], [], alpha=alpha)
+    # The emitted token is the top one exactly when no mass ranks before it.
+    return top_token_test(pits[:, 0] == 0.0, pits[:, 2], alpha=alpha)
+
+
+def _temperature(
+    records: Sequence[Mapping[str, Any]],
+    path: str,
+    keys: tuple[str, str],
+    alpha: float,
+    seed: int,
+) -> TestResult:
+    """The temperature test on every emitted position: its randomized PIT and its sensitivity."""
+    pits, _, sens = _tokens(records, path, keys[0])
+    assert sens is not None  # asked only where every record has its sensitivities
+    u = randomized_pit(pits[:, 0], pits[:, 1], np.random.default_rng(seed))
+    return temperature_test(u, sens, alpha=alpha)
+
+
+def vs_placebo(
+    records: Sequence[Mapping[str, Any]],
+    spec_key: str,
+    base_key: str,
+    alpha: float,
+    effect_w: float,
+    suffix: str,
+) -> list[TestResult]:
+    """The speculative samples under ``spec_key`` against the placebo (the baseline's samples
+    under ``base_key``), each sample a cluster: PIT histograms (positions the chain leaves one
+    token out), top-token excess, temperature; named ``<test>:vs-placebo`` (with ``suffix``).
+    Each path and test draws its own randomization of the PIT."""
+    seed = pit_seed(records) + 7
+    data = {
+        "speculative": _tokens(records, "speculative", spec_key),
+        "baseline": _tokens(records, "baseline", base_key),
+    }
+    rngs = {path: np.random.default_rng(seed + i) for i, path in enumerate(data)}
+    u = {
+        path: randomized_pit(pits[:, 0], pits[:, 1], rngs[path])
+        for path, (pits, _, _) in data.items()
+    }
+    name = f"vs-placebo{suffix}"
+
+    def live(path: str) -> tuple[Any, Any]:
+        keep = data[path][0][:, 2] < DEGENERATE
+        return u[path][keep], data[path][1][keep]
+
+    out = [
+        renamed(
+            pit_vs_placebo(live("speculative"), live("baseline"), alpha=alpha, effect_w=effect_w),
+            f"pit:{name}",
+        )
+    ]
+    top = {path: (p[:, 0] == 0.0, p[:, 2], ids) for path, (p, ids, _) in data.items()}
+    out.append(
+        renamed(
+            top_token_vs_placebo(top["speculative"], top["baseline"], alpha=alpha),
+            f"top-token:{name}",
+        )
+    )
+    weighed = {
+        path: (u[path], sens, ids) for path, (_, ids, sens) in data.items() if sens is not None
+    }
+    if len(weighed) == 2:
+        out.append(
+            renamed(
+                temperature_vs_placebo(weighed["speculative"], weighed["baseline"], alpha=alpha),
+                f"temperature:{name}",
+            )
+        )
+    return out
+
+
+def _tokens(
+    records: Sequence[Mapping[str, Any]], path: str, key: str
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64] | None]:
+    """One path's PIT entries under ``key`` as an (n, 3) array, the sample (record) each token
+    belongs to, and the sensitivities beside them (None where a record lacks them)."""
+    sens_key = key.replace("_pit", "_sensitivity")
+    pits = [t for r in records for t in r[path].get(key, [])]
+    ids = np.asarray([i for i, r in enumerate(records) for _ in r[path].get(key, [])], np.intp)
+    sens = None
+    if all(sens_key in r[path] for r in records):
+        paired = (zip(r[path].get(key, []), r[path][sens_key], strict=True) for r in records)
+        sens = np.asarray([k for pairs in paired for _, k in pairs], dtype=np.float64)
+    return np.asarray(pits, dtype=np.float64).reshape(-1, 3), ids, sens
+
+
+def batched_vs_placebo(
+    records: Sequence[Mapping[str, Any]], *, alpha: float, effect_w: float = 0.1
+) -> list[dict[str, Any]]:
+    """Over HTTP, where the speculative samples differ from the placebo under single-token rows:
+    the speculative samples re-scored *batched*, as draft verification evaluates them
+    (``batched_pit``, ``batched_sensitivity``), against the placebo under single-token rows, as
+    plain decoding evaluates (``target_pit``). Each path is scored under re-scored rows of its
+    own evaluation shape, so numeric drift between the shapes cancels and only a sampler fault
+    (and the re-scoring's error on each) is left. Holm-adjusted among themselves at ``alpha``.
+    """
+    return adjusted(vs_placebo(records, "batched_pit", "target_pit", alpha, effect_w, "-batched"))
+
+
+def stage_tests(
+    records: Sequence[Mapping[str, Any]], alpha: float, seed: int, effect_w: float
+) -> list[TestResult]:
+    """The rejection sampler's stages on their own, for engines that report judgements: the
+    accept/reject decisions against ``min(1, p/q)``, and the replacements against the residual."""
+    if not any("acceptance" in r["speculative"] for r in records):
+        return []
+    rows = [t for r in records for t in r["speculative"].get("acceptance", [])]
+    arr = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+    a, accepted, q_token = arr[:, 0], arr[:, 1], arr[:, 2]
+    u = pit_values(records, "speculative", seed, key="residual_pit")
+    forced = forced_decisions_test(a, accepted, q_token, alpha=alpha)
+    return [
+        renamed(forced, "acceptance-forced:speculative"),
+        renamed(acceptance_rate_test(a, accepted, alpha=alpha), "acceptance-rate:speculative"),
+        renamed(
+            pit_uniformity_test(u, alpha=alpha, bins=PIT_BINS, effect_w=effect_w),
+            "residual:speculative",
+        ),
+    ]
+
+
+def adjusted(tests: Sequence[TestResult]) -> list[dict[str, Any]]:
+    """The tests as records, each with its Holm-adjusted p-value among ``tests``."""
+    p_adjusted = holm([t.p_value for t in tests])
+    return [{**t.to_dict(), "p_adjusted": p} for t, p in zip(tests, p_adjusted, strict=True)]
+
+
+def renamed(result: TestResult, name: str) -> TestResult:
+    return dataclasses.replace(result, name=name)

@@ -1,0 +1,159 @@
+"""The evidence each sampled token carries, from the rows its sampler used (or the target's
+re-scored rows): what a result record holds beside its generation at temperature > 0.
+
+- `chain_pit`: per emitted token, under the configured sampler chain, the probability mass ranked
+  before it, its probability, and the top token's probability: enough for the randomized PIT of
+  the one-sample *sampler consistency* test (`equiv.verdicts.pit_tests`);
+- `chain_sensitivity`: each position's sensitivity to the temperature, for the temperature test;
+- `judgement_evidence`: each stage of a rejection sampler, for engines that report judgements;
+- `top_k_rows`: rows rebuilt from a server's top-K log-probabilities where they hold the chain's
+  whole support.
+
+Pure functions of rows and tokens; no model is called here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.special import ndtri
+
+from equiv.config import SamplingConfig
+from equiv.records import Judgement
+from equiv.verdicts.chain import chain_distribution, pit_position
+
+__all__ = [
+    "chain_evidence",
+    "chain_pit",
+    "chain_sensitivity",
+    "judgement_evidence",
+    "top_k_rows",
+]
+
+
+def _pit(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
+    """``[mass_before, p_token, p_top]``; a token outside the candidates had probability 0, so
+    all the mass ranks before it."""
+    where = int(np.searchsorted(ids, token))
+    if where < ids.size and ids[where] == token:
+        mass, p = pit_position(probs, where)
+    else:
+        mass, p = 1.0, 0.0
+    return [round(mass, 9), round(p, 9), round(float(probs.max()), 9)]
+
+
+def chain_pit(
+    rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
+) -> list[list[float]]:
+    """``[mass_before, p_token, p_top]`` of every emitted token under the configured chain
+    (``p_top``: the probability of the chain's most probable token)."""
+    return chain_evidence(rows, tokens, sampling)[0]
+
+
+def chain_evidence(
+    rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
+) -> tuple[list[list[float]], list[float]]:
+    """`chain_pit` and `chain_sensitivity` of every emitted token, from one pass of the chain
+    over each row (the chain is most of their cost: a partition of the whole vocabulary)."""
+    pits, sensitivities = [], []
+    for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
+        ids, probs = chain_distribution(row, tokens[:i], sampling)
+        pits.append(_pit(ids, probs, int(token)))
+        sensitivities.append(_sensitivity(ids, probs, int(token)))
+    return pits, sensitivities
+
+
+def _phi_of_quantile(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """φ(Φ⁻¹(x)), 0 at x = 0 and 1."""
+    q = ndtri(x)
+    out: npt.NDArray[np.float64] = np.exp(-0.5 * q * q) / np.sqrt(2.0 * np.pi)
+    return out
+
+
+def chain_sensitivity(
+    rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
+) -> list[float]:
+    """Each emitted position's sensitivity to the temperature, for the temperature test
+    (`equiv.verdicts.stats.temperature_test`): ``k = d/dλ E_λ[Z] at λ = 1``, where ``Z`` is the
+    normal score of the position's randomized PIT and ``p_λ(x) ∝ p(x)**λ`` tempers the chain's
+    distribution ``p`` (λ > 1 colder). ``k = Σ_x p(x) (log p(x) - E_p[log p]) E[Z | x]``, with
+    ``E[Z | x] = (φ(Φ⁻¹(a)) - φ(Φ⁻¹(b))) / p(x)`` over the token's PIT interval ``[a, b]`` (tokens
+    ranked as in `equiv.verdicts.chain.pit_position`). It depends on the row, not on the token
+    drawn, so it can weigh the position. 0 where the chain leaves one token, or where the token
+    is outside the chain's support (the PIT counts that)."""
+    return chain_evidence(rows, tokens, sampling)[1]
+
+
+def _sensitivity(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> float:
+    """`chain_sensitivity` of one position, from the chain's candidates and probabilities."""
+    keep = probs > 0
+    ids, probs = ids[keep], probs[keep]
+    where = int(np.searchsorted(ids, token))
+    if ids.size < 2 or where >= ids.size or ids[where] != token:
+        return 0.0
+    order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
+    p = probs[order]
+    upper = np.clip(np.cumsum(p), 0.0, 1.0)
+    lower = np.clip(upper - p, 0.0, 1.0)
+    density = _phi_of_quantile(lower) - _phi_of_quantile(upper)
+    logp = np.log(p)
+    centred = logp - float(np.dot(p, logp))
+    return round(float(np.dot(centred, density)), 9)  # Σ p · centred · E[Z | x]
+
+
+def top_k_rows(
+    alternatives: Sequence[Any], tokens: Sequence[int], sampling: SamplingConfig
+) -> npt.NDArray[np.float32] | None:
+    """Rows rebuilt from a server's top-K log-probabilities (``-inf`` elsewhere) when every row
+    holds at least the chain's ``top_k`` candidates: then they hold the chain's whole support
+    and its probabilities are exact. None otherwise (no top_k, or fewer candidates recorded)."""
+    k = sampling.top_k
+    if k <= 0 or len(alternatives) < len(tokens) or not tokens:
+        return None
+    if any(len(alt.ids) < k for alt in alternatives[: len(tokens)]):
+        return None
+    width = 1 + max(max(max(alt.ids) for alt in alternatives[: len(tokens)]), max(tokens))
+    rows = np.full((len(tokens), width), -np.inf, dtype=np.float32)
+    for i, alt in enumerate(alternatives[: len(tokens)]):
+        rows[i, list(alt.ids)] = alt.logits
+    return rows
+
+
+def judgement_evidence(
+    rows: npt.NDArray[np.float32],
+    tokens: Sequence[int],
+    judgements: Sequence[Judgement],
+    sampling: SamplingConfig,
+) -> dict[str, list[list[float]]]:
+    """Each stage of a rejection sampler, from the rows it used (``Capabilities.judgements``).
+
+    With p the target's and q the draft's distribution under the configured chain:
+
+    - ``acceptance``: ``[a, accepted, q(x)]`` per judged draft token x, ``a = min(1, p(x) /
+      q(x))`` the probability the rule accepts it with (1 where q(x) = 0);
+    - ``residual_pit``: ``[mass_before, p, p_top]`` of each replacement drawn after a rejection,
+      under ``norm(max(0, p - q))`` (p itself where that is all zero).
+    """
+    acceptance: list[list[float]] = []
+    residual: list[list[float]] = []
+    for j in judgements:
+        p_ids, p = chain_distribution(rows[j.pos], tokens[: j.pos], sampling)
+        q_ids, q = chain_distribution(j.draft_row, tokens[: j.pos], sampling)
+        ids = np.union1d(p_ids, q_ids)
+        pp = np.zeros(ids.size)
+        qq = np.zeros(ids.size)
+        pp[np.searchsorted(ids, p_ids)] = p
+        qq[np.searchsorted(ids, q_ids)] = q
+        where = int(np.searchsorted(ids, j.token))
+        known = where < ids.size and ids[where] == j.token
+        px, qx = (float(pp[where]), float(qq[where])) if known else (0.0, 0.0)
+        a = min(1.0, px / qx) if qx > 0 else 1.0
+        acceptance.append([round(a, 12), float(j.accepted), round(qx, 12)])
+        if not j.accepted:
+            r = np.maximum(pp - qq, 0.0)
+            r = r / r.sum() if r.sum() > 0 else pp
+            residual.append(_pit(ids, r, int(tokens[j.pos])))
+    return {"acceptance": acceptance, "residual_pit": residual}
