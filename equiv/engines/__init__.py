@@ -4,10 +4,13 @@ The contract is `equiv.engines.base`; engines are found by name through `equiv.e
 """
 
 from equiv.engines.base import (
+    BatchRescoring,
     Capabilities,
     Concurrent,
     Engine,
     EngineFactory,
+    RescoreCost,
+    RescoreCosting,
     Rescoring,
     ServerBacked,
     check_engine,
@@ -15,10 +18,13 @@ from equiv.engines.base import (
 from equiv.engines.registry import available, build_engine, load_factory
 
 __all__ = [
+    "BatchRescoring",
     "Capabilities",
     "Concurrent",
     "Engine",
     "EngineFactory",
+    "RescoreCost",
+    "RescoreCosting",
     "Rescoring",
     "ServerBacked",
     "available",

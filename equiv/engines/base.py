@@ -12,6 +12,9 @@ without:
 
 - `Rescoring`: the target's logits rows at given positions of a given token sequence,
   single-token (as plain decoding evaluates) and batched (as draft verification evaluates);
+  `BatchRescoring`: its batched rows are verification's on either path, so the baseline (the path
+  not under test) re-scores them (`batch_rescorer`); `RescoreCosting`: what re-scoring cost
+  (`RescoreCost`), taken after each result and recorded beside it;
 - `Concurrent`: how many `generate` calls it serves at once from several threads;
 - `ServerBacked`: facts about the server behind it that differ between the paths by design
   (URL, command line, log), written into the results header beside the fingerprints.
@@ -37,14 +40,19 @@ from equiv.records import Generation
 
 __all__ = [
     "FINGERPRINT_KEYS",
+    "BatchRescoring",
     "Capabilities",
     "Concurrent",
     "Engine",
     "EngineFactory",
+    "RescoreCost",
+    "RescoreCosting",
     "Rescoring",
     "ServerBacked",
+    "batch_rescorer",
     "check_engine",
     "in_flight",
+    "rescore_cost",
     "rescorer",
     "server_facts",
 ]
@@ -157,6 +165,62 @@ class Rescoring(Protocol):
 
 
 @runtime_checkable
+class BatchRescoring(Protocol):
+    """A `Rescoring` engine whose ``batched=True`` rows are evaluated as draft verification
+    evaluates them whichever path it serves (a server: a cold prompt is a batch), so equiv asks
+    the baseline, the path not under test, for them. Without it (in process: only the
+    speculative path's context evaluates batches as verification does) the speculative path
+    re-scores batched. ``rescores_batched`` False is the same as not having it."""
+
+    rescores_batched: bool
+
+
+@dataclass(frozen=True)
+class RescoreCost:
+    """What re-scoring cost: requests, tokens the server evaluated, its time and the wall time.
+
+    ``rows_off_path``: rows the server evaluated otherwise than asked (a single-token row whose
+    prefix was not cached, a batched row that reused a cache); they are still rows of the target.
+    """
+
+    requests: int = 0
+    rows: int = 0
+    tokens_evaluated: int = 0
+    tokens_cached: int = 0
+    server_s: float = 0.0
+    wall_s: float = 0.0
+    rows_off_path: int = 0
+
+    def __add__(self, other: RescoreCost) -> RescoreCost:
+        return RescoreCost(
+            requests=self.requests + other.requests,
+            rows=self.rows + other.rows,
+            tokens_evaluated=self.tokens_evaluated + other.tokens_evaluated,
+            tokens_cached=self.tokens_cached + other.tokens_cached,
+            server_s=self.server_s + other.server_s,
+            wall_s=self.wall_s + other.wall_s,
+            rows_off_path=self.rows_off_path + other.rows_off_path,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["server_s"] = round(self.server_s, 6)
+        out["wall_s"] = round(self.wall_s, 6)
+        return out
+
+
+@runtime_checkable
+class RescoreCosting(Protocol):
+    """An engine that counts what its re-scoring costs (a server: requests, tokens, time).
+    equiv takes the cost after each result, from the thread that asked for its re-scoring, and
+    records it in the result (``rescore_cost``)."""
+
+    def take_rescore_cost(self) -> RescoreCost:
+        """What this thread's re-scoring cost since it last asked (and start counting anew)."""
+        ...
+
+
+@runtime_checkable
 class Concurrent(Protocol):
     """An engine that serves up to ``max_in_flight`` concurrent `generate` calls (threads)."""
 
@@ -197,6 +261,17 @@ def check_engine(engine: object, *, name: str, speculative: bool) -> Engine:
             f"engine {name!r} ({type(engine).__name__}) claims capabilities.rescoring but has no "
             "rescore(prompt_tokens, tokens, *, batched) method; see equiv.engines.base.Rescoring"
         )
+    batches = getattr(engine, "rescores_batched", False)
+    if not isinstance(batches, bool):
+        raise ConfigError(
+            f"engine {name!r} ({type(engine).__name__}) has rescores_batched {batches!r}; it must "
+            "be a bool (see equiv.engines.base.BatchRescoring)"
+        )
+    if hasattr(engine, "take_rescore_cost") and not callable(engine.take_rescore_cost):
+        raise ConfigError(
+            f"engine {name!r} ({type(engine).__name__}) has a take_rescore_cost that is not a "
+            "method; see equiv.engines.base.RescoreCosting"
+        )
     limit = getattr(engine, "max_in_flight", 1)
     if not isinstance(limit, int) or limit < 1:
         raise ConfigError(
@@ -217,6 +292,24 @@ def rescorer(engine: Engine) -> Rescoring | None:
     if engine.capabilities.rescoring and isinstance(engine, Rescoring):
         return engine
     return None
+
+
+def batch_rescorer(baseline: Engine, speculative: Engine) -> Engine:
+    """The engine that re-scores batched: the baseline where it is a `BatchRescoring` (evidence
+    from the path not under test), else the speculative path."""
+    batches = isinstance(baseline, BatchRescoring) and baseline.rescores_batched
+    return baseline if batches else speculative
+
+
+def rescore_cost(engines: Sequence[Engine]) -> RescoreCost | None:
+    """What re-scoring cost on ``engines`` (each counted once) since last asked, taken from the
+    `RescoreCosting` ones; None where none counts."""
+    costs = [
+        engine.take_rescore_cost()
+        for engine in {id(e): e for e in engines}.values()
+        if isinstance(engine, RescoreCosting)
+    ]
+    return sum(costs[1:], costs[0]) if costs else None
 
 
 def server_facts(engine: Engine) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.config import RunConfig, SamplingConfig
-from equiv.engines.base import Capabilities
+from equiv.engines.base import Capabilities, RescoreCost
 from equiv.engines.server.api import (
     Parsed,
     check_served_model,
@@ -41,7 +41,7 @@ from equiv.engines.server.process import (
     log_tail,
     split_draft,
 )
-from equiv.engines.server.rescore import LlamaRescorer, RescoreCost
+from equiv.engines.server.rescore import LlamaRescorer
 from equiv.engines.server.scoring_openai import OpenAIRescorer, detect_openai_scorer
 from equiv.engines.server.settings import (
     ServerSettings,
@@ -67,7 +67,9 @@ def make_engine(config: RunConfig, *, speculative: bool) -> ServerEngine:
 class ServerEngine:
     """One path over HTTP; starts (and owns) its llama-server when given ``server_bin``."""
 
-    rescores_batched = True  # a cold prompt is a batch: the baseline server re-scores both ways
+    # equiv.engines.base.BatchRescoring: a cold prompt is a batch, so the baseline server
+    # re-scores both ways, and the path under test is asked for nothing.
+    rescores_batched = True
 
     def __init__(
         self, config: RunConfig, *, speculative: bool, settings: ServerSettings | None = None
@@ -343,7 +345,7 @@ class ServerEngine:
             seed=seed,
         )
 
-    # -- re-scoring (equiv.engines.base.Rescoring) --------------------------------------------
+    # -- re-scoring (equiv.engines.base.Rescoring, RescoreCosting) ----------------------------
     def rescore(
         self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
     ) -> npt.NDArray[np.float32]:
@@ -363,7 +365,8 @@ class ServerEngine:
             raise exc from None
 
     def take_rescore_cost(self) -> RescoreCost:
-        """What this thread's re-scoring requests cost since it last asked."""
+        """What this thread's re-scoring requests cost since it last asked
+        (`equiv.engines.base.RescoreCosting`)."""
         return RescoreCost() if self._rescorer is None else self._rescorer.take_cost()
 
     # -- facts -------------------------------------------------------------------------------

@@ -36,52 +36,18 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from equiv.engines.base import RescoreCost
 from equiv.engines.server.http import JsonClient
 from equiv.errors import EngineError
 
-__all__ = ["BATCH_STRIDE", "LlamaRescorer", "RescoreCost", "scoring_body"]
+__all__ = ["BATCH_STRIDE", "LlamaRescorer", "scoring_body"]
 
 BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its cached prefix
-
-
-@dataclass(frozen=True)
-class RescoreCost:
-    """What re-scoring cost: requests, tokens the server evaluated, its time and the wall time.
-
-    ``rows_off_path``: rows the server evaluated otherwise than asked (a single-token row whose
-    prefix was not cached, a batched row that reused a cache); they are still rows of the target.
-    """
-
-    requests: int = 0
-    rows: int = 0
-    tokens_evaluated: int = 0
-    tokens_cached: int = 0
-    server_s: float = 0.0
-    wall_s: float = 0.0
-    rows_off_path: int = 0
-
-    def __add__(self, other: RescoreCost) -> RescoreCost:
-        return RescoreCost(
-            requests=self.requests + other.requests,
-            rows=self.rows + other.rows,
-            tokens_evaluated=self.tokens_evaluated + other.tokens_evaluated,
-            tokens_cached=self.tokens_cached + other.tokens_cached,
-            server_s=self.server_s + other.server_s,
-            wall_s=self.wall_s + other.wall_s,
-            rows_off_path=self.rows_off_path + other.rows_off_path,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["server_s"] = round(self.server_s, 6)
-        out["wall_s"] = round(self.wall_s, 6)
-        return out
 
 
 def scoring_body(prefix: Sequence[int], *, n_probs: int, cached: bool) -> dict[str, Any]:

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from equiv.engines.base import RescoreCost
 from equiv.engines.server.http import HttpStatusError, JsonClient
-from equiv.engines.server.rescore import RescoreCost
 from equiv.errors import EngineError
 
 __all__ = ["OpenAIRescorer", "detect_openai_scorer", "sglang_body", "vllm_body"]
