@@ -115,7 +115,7 @@ def relaxed(config: RunConfig, prompts: list[Any]) -> None:
             gaps.append(gap)
             for rows in ("with rows", "without rows"):
                 shown = spec if rows == "with rows" else dataclasses.replace(spec, logits=None)
-                verdict = classify_temp0(record, base, shown, rescore=runner._rescore)
+                verdict = classify_temp0(record, base, shown, rescore=runner.evidence.rescore)
                 counts[f"{rows}: {verdict.label.value}"] += 1
                 bound = (verdict.evidence.get("drift_bound") or {}).get("bound")
                 print(f"  {prompt.key} {rows}: token {d}, gap {gap:.3f}, bound {bound}: "

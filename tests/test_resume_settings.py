@@ -4,7 +4,7 @@ count as their defaults, so a run of the previous release can be resumed."""
 from __future__ import annotations
 
 from equiv.config import ModelSpec, RunConfig
-from equiv.run.runner import changed_settings
+from equiv.run.resume import changed_settings
 
 
 def _config(**kwargs: object) -> RunConfig:

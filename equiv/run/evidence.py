@@ -1,0 +1,186 @@
+"""Gathering evidence: the stage between the engines and the verdicts.
+
+Beyond the two generations, a verdict needs evidence that only the engines can give: the target
+re-scoring tokens (`equiv.engines.base.Rescoring`) single-token on the baseline path, batched on
+`equiv.engines.base.batch_rescorer`, and what that cost (`RescoreCosting`). `Evidence` holds the
+two engines and the configuration and gathers, per result:
+
+- at temp 0, the re-scoring the classifier asks for at a divergence (`Evidence.rescore`) and the
+  placebo, the baseline's tokens re-scored in one batch (`Evidence.drift_placebo`);
+- at temp > 0, each sample's chain PIT under the rows its path used, a rejection sampler's
+  judgements, both paths' samples re-scored single-token (the speculative ones to test, the
+  baseline's as their placebo) with the drift and the re-scoring's fidelity
+  (`Evidence.of_samples`);
+
+and per sampled prompt the batched follow-up (`Evidence.batched`). The numbers themselves are
+computed by `equiv.verdicts`; a failed re-scoring is recorded, never raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.config import Mode, RunConfig
+from equiv.engines.base import Engine, RescoreCost, batch_rescorer, rescore_cost, rescorer
+from equiv.errors import ConfigError, EngineError
+from equiv.records import ArgmaxFlips, Drift, Generation
+from equiv.verdicts.drift import drift_metrics
+from equiv.verdicts.fidelity import Fidelity, rescore_fidelity
+from equiv.verdicts.pit_tests import batched_vs_placebo
+from equiv.verdicts.token_evidence import chain_evidence, judgement_evidence, top_k_rows
+
+__all__ = ["Evidence", "SampleEvidence"]
+
+PATHS = ("baseline", "speculative")
+
+
+@dataclass(frozen=True)
+class SampleEvidence:
+    """One sampled result's evidence: per path what its record holds beside the generation
+    (``chain_pit``, ``target_pit``, ``acceptance``, ``rescore_error``, ...), the drift between
+    the speculative rows and their re-scoring, and the re-scoring's fidelity on the baseline."""
+
+    paths: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    drift: Drift | None = None
+    fidelity: Fidelity | None = None
+
+
+class Evidence:
+    """The evidence-gathering stage of one run: its two engines and its configuration."""
+
+    def __init__(self, baseline: Engine, speculative: Engine, config: RunConfig) -> None:
+        self.baseline = baseline
+        self.speculative = speculative
+        self.config = config
+
+    # -- re-scoring --------------------------------------------------------------------------
+    @property
+    def batcher(self) -> Engine:
+        """The engine that re-scores batched: the baseline where it can (a server: evidence
+        from the path not under test), else the speculative path (in process, only its context
+        evaluates batches as verification does)."""
+        return batch_rescorer(self.baseline, self.speculative)
+
+    def rescore(
+        self, prompt: Sequence[int], tokens: Sequence[int], batched: bool
+    ) -> npt.NDArray[np.float32]:
+        """The target's rows for ``tokens``: single-token on the baseline path, batched on
+        `batcher` (an `equiv.verdicts.classify.Rescorer`)."""
+        engine = rescorer(self.batcher if batched else self.baseline)
+        if engine is None:
+            raise ConfigError("re-scoring asked of an engine that does not offer it")
+        return engine.rescore(prompt, tokens, batched=batched)
+
+    @property
+    def can_rescore(self) -> bool:
+        """Whether the target can be re-scored both ways (single-token and batched)."""
+        return rescorer(self.baseline) is not None and rescorer(self.batcher) is not None
+
+    def can_redo(self, mode: Mode) -> bool:
+        """Whether a result of ``mode`` whose re-scoring failed can be finished now (temp 0:
+        both ways; sampling: the baseline's single-token rows)."""
+        if mode is Mode.TEMP0:
+            return self.can_rescore
+        return rescorer(self.baseline) is not None
+
+    def take_cost(self) -> RescoreCost | None:
+        """What this thread's re-scoring cost since last asked, for engines that count it
+        (servers); None where nothing was asked."""
+        total = rescore_cost((self.baseline, self.speculative))
+        return total if total is not None and total.requests else None
+
+    # -- temp 0 ------------------------------------------------------------------------------
+    def drift_placebo(self, prompt: Sequence[int], base: Generation) -> ArgmaxFlips | None:
+        """Temp 0's placebo (`ArgmaxFlips`): the baseline's tokens re-scored in one batch. A
+        failed re-scoring leaves the result without one; the run-level rate pools the rest."""
+        try:
+            rows = self.rescore(prompt, base.tokens, True)
+        except EngineError:
+            return None
+        return ArgmaxFlips.of(base.tokens, rows)
+
+    # -- temp > 0 ----------------------------------------------------------------------------
+    def of_samples(
+        self, prompt: Sequence[int], base: Generation, spec: Generation
+    ) -> SampleEvidence:
+        """Both samples' evidence: the chain's PIT under the rows each path used (a server's
+        baseline: its top-K where it covers the chain), the judgements of a rejection sampler,
+        and both samples re-scored by the target one token at a time, exactly as the baseline
+        evaluates: the speculative one to test, the baseline's as its placebo (the same
+        instrument on a sample whose rows are known), with the re-scoring's fidelity there."""
+        paths: dict[str, dict[str, Any]] = {path: {} for path in PATHS}
+        for gen, path in ((base, "baseline"), (spec, "speculative")):
+            sampling = self.config.for_path(speculative=path == "speculative").sampling
+            rows = gen.logits
+            if rows is None and path == "baseline":  # a server: its top-K covers the chain
+                rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
+            if rows is not None:
+                pits, sensitivities = chain_evidence(rows, gen.tokens, sampling)
+                paths[path].update(chain_pit=pits, chain_sensitivity=sensitivities)
+        if spec.logits is not None and self.speculative.capabilities.judgements:
+            sampling = self.config.for_path(speculative=True).sampling
+            paths["speculative"].update(
+                judgement_evidence(spec.logits, spec.tokens, spec.judgements, sampling)
+            )
+        drift = fidelity = None
+        if rescorer(self.baseline) is not None:
+            for gen, path in ((spec, "speculative"), (base, "baseline")):
+                if not gen.tokens:  # nothing to score: an empty sample keeps the placebo whole
+                    paths[path].update(target_pit=[], target_sensitivity=[])
+                    continue
+                try:
+                    target = self.rescore(prompt, gen.tokens, False)
+                except EngineError as exc:  # the generations are kept; the analysis says why
+                    paths[path]["rescore_error"] = str(exc).splitlines()[0]
+                    break
+                pits, sensitivities = chain_evidence(target, gen.tokens, self.config.sampling)
+                paths[path].update(target_pit=pits, target_sensitivity=sensitivities)
+                if path == "speculative" and gen.logits is not None:
+                    drift = drift_metrics(gen.logits, target)
+                if path == "baseline":
+                    fidelity = self._fidelity(gen, target)
+        return SampleEvidence({p: e for p, e in paths.items() if e}, drift, fidelity)
+
+    def _fidelity(self, base: Generation, target: npt.NDArray[np.float32]) -> Fidelity | None:
+        """The re-scoring's fidelity against the rows the baseline reported while sampling."""
+        sampling = self.config.sampling
+        reported = base.logits
+        if reported is None:
+            reported = top_k_rows(base.alternatives, base.tokens, sampling)
+        if reported is None:
+            return None
+        return rescore_fidelity(reported, target, base.tokens, sampling)
+
+    def batched(
+        self, prompt: Sequence[int], seed_records: Sequence[Mapping[str, Any]], *, alpha: float
+    ) -> dict[str, Any]:
+        """Over HTTP the speculative samples were compared with the placebo under the target's
+        single-token rows; where that rejects, re-score them batched (as verification evaluates)
+        and compare again: the evidence that tells numeric drift from a sampler bug. Asked only
+        then: it costs one request per token. ``prompt``: the prompt's tokens (unused, and may
+        be empty, where the engines cannot re-score batched)."""
+        if not self.can_rescore:
+            return {"error": "the servers cannot re-score batched"}
+        sampling = self.config.sampling
+        scored = []
+        try:
+            for record in seed_records:
+                tokens = record["speculative"]["tokens"]
+                rows = self.rescore(prompt, tokens, True) if tokens else None
+                pits, sensitivities = (
+                    ([], []) if rows is None else chain_evidence(rows, tokens, sampling)
+                )
+                extra = {"batched_pit": pits, "batched_sensitivity": sensitivities}
+                scored.append({**record, "speculative": {**record["speculative"], **extra}})
+        except EngineError as exc:
+            evidence: dict[str, Any] = {"error": str(exc).splitlines()[0]}
+        else:
+            evidence = {"tests": batched_vs_placebo(scored, alpha=alpha)}
+        if (cost := self.take_cost()) is not None:
+            evidence["rescore_cost"] = cost.to_dict()
+        return evidence

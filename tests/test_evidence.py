@@ -1,0 +1,75 @@
+"""The evidence-gathering stage (`equiv.run.evidence`) on model-free engines: where it asks
+for re-scoring, what it records when that fails, and what re-scoring cost."""
+
+from __future__ import annotations
+
+import pytest
+from toy_engines import CONFIG, Plain, Served
+
+from equiv.config import Mode
+from equiv.engines.base import Capabilities, RescoreCost
+from equiv.errors import ConfigError
+from equiv.records import Generation
+from equiv.run.evidence import Evidence
+
+
+def _generation(path: str, tokens: tuple[int, ...]) -> Generation:
+    return Generation(
+        path=path,
+        prompt_tokens=(1,),
+        tokens=tokens,
+        pieces=tuple(str(t) for t in tokens),
+        text="",
+        stop_reason="length",
+        alternatives=(),
+        t_prompt_s=0.0,
+        t_decode_s=0.0,
+    )
+
+
+def test_evidence_rescores_single_token_on_the_baseline_and_batched_on_the_batcher():
+    base, spec = Plain(), Plain("speculative")
+    evidence = Evidence(base, spec, CONFIG)
+    evidence.rescore([1], [2], False)
+    evidence.rescore([1], [2], True)
+    assert (base.asked, spec.asked) == ([False], [True])
+    assert evidence.can_rescore
+    assert evidence.take_cost() is None  # no engine counts
+
+
+def test_evidence_takes_the_cost_only_where_requests_were_made():
+    base, spec = Served(), Served("speculative")
+    evidence = Evidence(base, spec, CONFIG)
+    assert evidence.take_cost() is None
+    evidence.rescore([1], [2, 3], True)
+    assert spec.asked == []  # the baseline server re-scores batched
+    assert evidence.take_cost() == RescoreCost(requests=2, rows=2)
+
+
+def test_without_rescoring_nothing_can_be_redone_or_rescored():
+    base = Plain()
+    base.capabilities = Capabilities(full_logits=False, deterministic_seed=True)
+    evidence = Evidence(base, Plain("speculative"), CONFIG)
+    assert not evidence.can_rescore
+    assert not evidence.can_redo(Mode.SAMPLING)
+    with pytest.raises(ConfigError, match="does not offer it"):
+        evidence.rescore([1], [2], False)
+    assert evidence.batched([], [], alpha=0.01) == {"error": "the servers cannot re-score batched"}
+
+
+def test_a_failed_placebo_is_left_out():
+    evidence = Evidence(Plain(fail=True), Plain("speculative", fail=True), CONFIG)
+    assert evidence.drift_placebo([1], _generation("baseline", (2, 3))) is None
+
+
+def test_sample_evidence_scores_both_paths_and_stops_at_a_failed_rescoring():
+    base, spec = _generation("baseline", (2, 3)), _generation("speculative", (4,))
+    sampled = Evidence(Plain(), Plain("speculative"), CONFIG).of_samples([1], base, spec)
+    assert list(sampled.paths) == ["baseline", "speculative"]
+    for path, gen in (("baseline", base), ("speculative", spec)):
+        assert list(sampled.paths[path]) == ["target_pit", "target_sensitivity"]
+        assert len(sampled.paths[path]["target_pit"]) == gen.n_tokens
+    assert sampled.drift is None  # the speculative path reported no rows
+    failed = Evidence(Plain(fail=True), Plain("speculative"), CONFIG).of_samples([1], base, spec)
+    assert failed.paths == {"speculative": {"rescore_error": "the server timed out"}}
+    assert failed.fidelity is None
