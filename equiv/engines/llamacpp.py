@@ -176,14 +176,7 @@ class LlamaCppEngine:
         t_first = t0
         gen = llm.generate(
             list(prompt_tokens),
-            temp=sampling.temp,
-            top_k=sampling.top_k,
-            top_p=sampling.top_p,
-            min_p=sampling.min_p,
-            typical_p=sampling.typical_p,
-            repeat_penalty=sampling.repeat_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            presence_penalty=sampling.presence_penalty,
+            **_chain_settings(sampling),
             reset=True,
         )
         try:
@@ -238,14 +231,7 @@ class LlamaCppEngine:
 
         def make_sampler() -> Any:
             return llm._init_sampler(
-                temp=sampling.temp,
-                top_k=sampling.top_k,
-                top_p=sampling.top_p,
-                min_p=sampling.min_p,
-                typical_p=sampling.typical_p,
-                repeat_penalty=sampling.repeat_penalty,
-                frequency_penalty=sampling.frequency_penalty,
-                presence_penalty=sampling.presence_penalty,
+                **_chain_settings(sampling),
             )
 
         try:
@@ -482,6 +468,20 @@ class LlamaCppEngine:
         for llm in (self.llm, self._draft_llm):
             if llm is not None:
                 llm.close()
+
+
+def _chain_settings(sampling: SamplingConfig) -> dict[str, Any]:
+    """llama-cpp-python's sampler-chain arguments for ``sampling`` (generate, the replay loop)."""
+    return {
+        "temp": sampling.temp,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "typical_p": sampling.typical_p,
+        "repeat_penalty": sampling.repeat_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        "presence_penalty": sampling.presence_penalty,
+    }
 
 
 def _sha(text: str | None) -> str | None:
