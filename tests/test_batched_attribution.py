@@ -17,6 +17,7 @@ from equiv.records.verdict import Label
 from equiv.verdicts.chain import chain_distribution
 from equiv.verdicts.pit_tests import batched_vs_placebo
 from equiv.verdicts.prompt_analysis import analyze_prompt
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
 from equiv.verdicts.token_evidence import chain_pit, chain_sensitivity
 
@@ -78,7 +79,9 @@ def _records(rng, *, greedy=0.0, seeds=60, length=32, drift=0.25, instrument=0.0
 def _verdict(records, *, batched=True):
     analysis = analyze_prompt(records, alpha=ALPHA, has_logits=False)
     if batched and needs_batched_evidence(analysis):  # as the runner asks for it
-        analysis["batched"] = {"tests": batched_vs_placebo(records, alpha=ALPHA)}
+        samples = [Sample.from_dict(r) for r in records]
+        tests = batched_vs_placebo(samples, alpha=ALPHA)
+        analysis["batched"] = {"tests": [t.to_dict() for t in tests]}
     return analysis, classify_sampling(analysis, has_logits=False)
 
 

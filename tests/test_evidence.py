@@ -54,7 +54,7 @@ def test_without_rescoring_nothing_can_be_redone_or_rescored():
     assert not evidence.can_redo(Mode.SAMPLING)
     with pytest.raises(ConfigError, match="does not offer it"):
         evidence.rescore([1], [2], False)
-    assert evidence.batched([], [], alpha=0.01) == {"error": "the servers cannot re-score batched"}
+    assert evidence.batched([], [], alpha=0.01).error == "the servers cannot re-score batched"
 
 
 def test_a_failed_placebo_is_left_out():

@@ -18,6 +18,7 @@ computed by `equiv.verdicts`; a failed re-scoring is recorded, never raised.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +30,11 @@ from equiv.config import Mode, RunConfig
 from equiv.engines.base import Engine, RescoreCost, batch_rescorer, rescore_cost, rescorer
 from equiv.errors import ConfigError, EngineError
 from equiv.records import ArgmaxFlips, Drift, Generation
+from equiv.verdicts.analysis_record import BatchedEvidence
 from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.fidelity import Fidelity, rescore_fidelity
 from equiv.verdicts.pit_tests import batched_vs_placebo
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.token_evidence import chain_evidence, judgement_evidence, top_k_rows
 
 __all__ = ["Evidence", "SampleEvidence"]
@@ -157,30 +160,28 @@ class Evidence:
         return rescore_fidelity(reported, target, base.tokens, sampling)
 
     def batched(
-        self, prompt: Sequence[int], seed_records: Sequence[Mapping[str, Any]], *, alpha: float
-    ) -> dict[str, Any]:
+        self, prompt: Sequence[int], samples: Sequence[Sample], *, alpha: float
+    ) -> BatchedEvidence:
         """Over HTTP the speculative samples were compared with the placebo under the target's
         single-token rows; where that rejects, re-score them batched (as verification evaluates)
         and compare again: the evidence that tells numeric drift from a sampler bug. Asked only
         then: it costs one request per token. ``prompt``: the prompt's tokens (unused, and may
         be empty, where the engines cannot re-score batched)."""
         if not self.can_rescore:
-            return {"error": "the servers cannot re-score batched"}
+            return BatchedEvidence(error="the servers cannot re-score batched")
         sampling = self.config.sampling
-        scored = []
+        scored: list[Sample] = []
         try:
-            for record in seed_records:
-                tokens = record["speculative"]["tokens"]
+            for sample in samples:
+                tokens = list(sample.speculative.tokens)
                 rows = self.rescore(prompt, tokens, True) if tokens else None
                 pits, sensitivities = (
                     ([], []) if rows is None else chain_evidence(rows, tokens, sampling)
                 )
-                extra = {"batched_pit": pits, "batched_sensitivity": sensitivities}
-                scored.append({**record, "speculative": {**record["speculative"], **extra}})
+                spec = sample.speculative.scored("batched", pits, sensitivities)
+                scored.append(dataclasses.replace(sample, speculative=spec))
         except EngineError as exc:
-            evidence: dict[str, Any] = {"error": str(exc).splitlines()[0]}
+            evidence = BatchedEvidence(error=str(exc).splitlines()[0])
         else:
-            evidence = {"tests": batched_vs_placebo(scored, alpha=alpha)}
-        if (cost := self.take_cost()) is not None:
-            evidence["rescore_cost"] = cost.to_dict()
-        return evidence
+            evidence = BatchedEvidence(tests=tuple(batched_vs_placebo(scored, alpha=alpha)))
+        return dataclasses.replace(evidence, rescore_cost=self.take_cost())

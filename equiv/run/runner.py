@@ -9,6 +9,7 @@ the analysis of a sampled prompt), the controls, and a typed record of each in t
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 import time
@@ -38,7 +39,8 @@ from equiv.run.resume import ResumePlan, plan_resume
 from equiv.verdicts.classify import classify_temp0, fingerprint_differences
 from equiv.verdicts.compare import compare
 from equiv.verdicts.graders import grade_pair
-from equiv.verdicts.prompt_analysis import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
 from equiv.verdicts.summary import summarize
 
@@ -331,28 +333,26 @@ class Runner:
         for item in items:
             by_prompt.setdefault(item.prompt.key, []).append(item)
         for key, group in by_prompt.items():
-            seed_records = [done[i.key].to_dict() for i in group if i.key in done]
+            samples = [Sample.of(done[i.key]) for i in group if i.key in done]
             akey = f"{key}::sampling"
-            if akey in analysed or len(seed_records) < len(group):
+            if akey in analysed or len(samples) < len(group):
                 continue
-            analysis = analyze_prompt(seed_records, alpha=self._prompt_alpha, has_logits=has_logits)
+            analysis = analyze(samples, alpha=self._prompt_alpha, has_logits=has_logits)
             if not has_logits and needs_batched_evidence(analysis):
                 # The prompt's tokens only where they are used: the follow-up re-scores.
                 prompt = self.tokenize(group[:1])[key] if self.evidence.can_rescore else []
-                analysis["batched"] = self.evidence.batched(
-                    prompt, seed_records, alpha=self._prompt_alpha
-                )
+                batched = self.evidence.batched(prompt, samples, alpha=self._prompt_alpha)
+                analysis = dataclasses.replace(analysis, batched=batched)
             verdict = classify_sampling(
                 analysis, differences=self.differences, has_logits=has_logits
             )
-            tests = analysis.pop("tests")
             record = AnalysisRecord(
                 key=akey,
                 suite=group[0].prompt.suite,
                 prompt_id=group[0].prompt.id,
-                tests=tuple(tests),
+                tests=tuple(t.to_dict() for t in analysis.tests),
                 verdict=verdict,
-                figures=analysis,
+                figures=analysis.figures(),
             )
             record = AnalysisRecord.from_dict(record.to_dict())  # as the file holds it
             self.results.append_analysis(record)

@@ -8,19 +8,22 @@
   count, temperature: `consistency`);
 - the stages of a rejection sampler, for engines that report their judgements (`stage_tests`).
 
-`pipeline` says which PIT entries are the instrument. Pure functions of records.
+`pipeline` says which PIT entries are the instrument. Pure functions of the samples
+(`equiv.verdicts.samples.Sample`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from equiv.verdicts.analysis_record import ScoredTest
 from equiv.verdicts.placebo import pit_vs_placebo, temperature_vs_placebo, top_token_vs_placebo
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.stats import (
     TestResult,
     acceptance_rate_test,
@@ -50,7 +53,7 @@ PIT_BINS = 10
 DEGENERATE = 1.0 - 1e-9  # a chain distribution whose top token holds all the mass
 
 
-def pipeline(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[str, str]:
+def pipeline(records: Sequence[Sample], has_logits: bool) -> dict[str, str]:
     """Which PIT entries each path's samples are scored by: the same instrument for both. In
     process the rows each path reported (``chain_pit``); over HTTP the target's single-token rows
     re-scored on the baseline server (``target_pit``), for the baseline's samples (the placebo)
@@ -60,22 +63,22 @@ def pipeline(records: Sequence[Mapping[str, Any]], has_logits: bool) -> dict[str
     return {
         path: key
         for path in ("baseline", "speculative")
-        if records and all(key in r[path] for r in records)
+        if records and all(key in r.path(path).pits for r in records)
     }
 
 
-def pit_seed(records: Sequence[Mapping[str, Any]]) -> int:
+def pit_seed(records: Sequence[Sample]) -> int:
     """The randomized PIT's seed: fixed by the prompt and its number of samples."""
-    return sum(str(records[0]["key"]).split("::")[0].encode()) + len(records)
+    return sum(records[0].key.split("::")[0].encode()) + len(records)
 
 
 def pit_values(
-    records: Sequence[Mapping[str, Any]], path: str, seed: int, key: str = "chain_pit"
-) -> Any:
+    records: Sequence[Sample], path: str, seed: int, key: str = "chain_pit"
+) -> npt.NDArray[np.float64]:
     """Randomized PIT values of the emitted tokens, leaving out positions where the chain left a
     single token: there u would be the uniform V alone, pure noise that only dilutes the test
     (dropping them conditions on the distribution, not on the draw, so H0 still holds)."""
-    pits = [t for r in records for t in r[path].get(key, []) if t[2] < DEGENERATE]
+    pits = [t for r in records for t in r.path(path).pits.get(key, ()) if t[2] < DEGENERATE]
     if not pits:
         return np.empty(0)
     arr = np.asarray(pits, dtype=np.float64)
@@ -83,12 +86,12 @@ def pit_values(
 
 
 def consistency(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Sample],
     path: str,
     key: str,
     alpha: float,
     effect_w: float,
-    u: Any,
+    u: npt.NDArray[np.float64],
     label: str,
 ) -> list[TestResult]:
     """One path's sampler-consistency tests on the PIT entries under ``key`` (and the
@@ -98,7 +101,7 @@ def consistency(
     tests = [renamed(result, f"sampler-consistency:{label}")]
     tests.append(renamed(_top_token(records, path, alpha, key), f"top-token:{label}"))
     sens_key = key.replace("_pit", "_sensitivity")
-    if all(key in r[path] and sens_key in r[path] for r in records):
+    if all(key in r.path(path).pits and sens_key in r.path(path).sensitivities for r in records):
         seed = pit_seed(records) + 3 + (path == "speculative")  # each path its own draws
         tests.append(
             renamed(
@@ -109,9 +112,9 @@ def consistency(
 
 
 def _top_token(
-    records: Sequence[Mapping[str, Any]], path: str, alpha: float, key: str = "chain_pit"
+    records: Sequence[Sample], path: str, alpha: float, key: str = "chain_pit"
 ) -> TestResult:
-    pits = np.asarray([t for r in records for t in r[path].get(key, [])], dtype=float)
+    pits = np.asarray([t for r in records for t in r.path(path).pits.get(key, ())], dtype=float)
     if pits.size == 0:
         return top_token_test([], [], alpha=alpha)
     # The emitted token is the top one exactly when no mass ranks before it.
@@ -119,7 +122,7 @@ def _top_token(
 
 
 def _temperature(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Sample],
     path: str,
     keys: tuple[str, str],
     alpha: float,
@@ -133,7 +136,7 @@ def _temperature(
 
 
 def vs_placebo(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Sample],
     spec_key: str,
     base_key: str,
     alpha: float,
@@ -187,23 +190,24 @@ def vs_placebo(
 
 
 def _tokens(
-    records: Sequence[Mapping[str, Any]], path: str, key: str
+    records: Sequence[Sample], path: str, key: str
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64] | None]:
     """One path's PIT entries under ``key`` as an (n, 3) array, the sample (record) each token
     belongs to, and the sensitivities beside them (None where a record lacks them)."""
     sens_key = key.replace("_pit", "_sensitivity")
-    pits = [t for r in records for t in r[path].get(key, [])]
-    ids = np.asarray([i for i, r in enumerate(records) for _ in r[path].get(key, [])], np.intp)
+    samples = [r.path(path) for r in records]
+    pits = [t for s in samples for t in s.pits.get(key, ())]
+    ids = np.asarray([i for i, s in enumerate(samples) for _ in s.pits.get(key, ())], np.intp)
     sens = None
-    if all(sens_key in r[path] for r in records):
-        paired = (zip(r[path].get(key, []), r[path][sens_key], strict=True) for r in records)
+    if all(sens_key in s.sensitivities for s in samples):
+        paired = (zip(s.pits.get(key, ()), s.sensitivities[sens_key], strict=True) for s in samples)
         sens = np.asarray([k for pairs in paired for _, k in pairs], dtype=np.float64)
     return np.asarray(pits, dtype=np.float64).reshape(-1, 3), ids, sens
 
 
 def batched_vs_placebo(
-    records: Sequence[Mapping[str, Any]], *, alpha: float, effect_w: float = 0.1
-) -> list[dict[str, Any]]:
+    records: Sequence[Sample], *, alpha: float, effect_w: float = 0.1
+) -> list[ScoredTest]:
     """Over HTTP, where the speculative samples differ from the placebo under single-token rows:
     the speculative samples re-scored *batched*, as draft verification evaluates them
     (``batched_pit``, ``batched_sensitivity``), against the placebo under single-token rows, as
@@ -215,13 +219,13 @@ def batched_vs_placebo(
 
 
 def stage_tests(
-    records: Sequence[Mapping[str, Any]], alpha: float, seed: int, effect_w: float
+    records: Sequence[Sample], alpha: float, seed: int, effect_w: float
 ) -> list[TestResult]:
     """The rejection sampler's stages on their own, for engines that report judgements: the
     accept/reject decisions against ``min(1, p/q)``, and the replacements against the residual."""
-    if not any("acceptance" in r["speculative"] for r in records):
+    if all(r.speculative.acceptance is None for r in records):
         return []
-    rows = [t for r in records for t in r["speculative"].get("acceptance", [])]
+    rows = [t for r in records for t in r.speculative.acceptance or ()]
     arr = np.asarray(rows, dtype=np.float64).reshape(-1, 3)
     a, accepted, q_token = arr[:, 0], arr[:, 1], arr[:, 2]
     u = pit_values(records, "speculative", seed, key="residual_pit")
@@ -236,10 +240,10 @@ def stage_tests(
     ]
 
 
-def adjusted(tests: Sequence[TestResult]) -> list[dict[str, Any]]:
-    """The tests as records, each with its Holm-adjusted p-value among ``tests``."""
+def adjusted(tests: Sequence[TestResult]) -> list[ScoredTest]:
+    """The tests, each with its Holm-adjusted p-value among ``tests``."""
     p_adjusted = holm([t.p_value for t in tests])
-    return [{**t.to_dict(), "p_adjusted": p} for t, p in zip(tests, p_adjusted, strict=True)]
+    return [ScoredTest.of(t, p) for t, p in zip(tests, p_adjusted, strict=True)]
 
 
 def renamed(result: TestResult, name: str) -> TestResult:

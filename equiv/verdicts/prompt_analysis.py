@@ -29,8 +29,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from equiv.records import Drift
+from equiv.verdicts.analysis_record import (
+    Charts,
+    Placebo,
+    PooledDrift,
+    PromptAnalysis,
+    ScoredTest,
+)
 from equiv.verdicts.fidelity import Fidelity
 from equiv.verdicts.pit_tests import (
     PIT_BINS,
@@ -43,14 +51,15 @@ from equiv.verdicts.pit_tests import (
     stage_tests,
     vs_placebo,
 )
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.stats import TestResult, chi2_two_sample, ks_two_sample, mann_whitney
 
-__all__ = ["analyze_prompt"]
+__all__ = ["analyze", "analyze_prompt"]
 
 
-def _loglik(record: Mapping[str, Any], path: str, key: str) -> float | None:
+def _loglik(record: Sample, path: str, key: str) -> float | None:
     """The sample's log-likelihood under the rows and chain of its PIT entries ``key``."""
-    pits = record[path].get(key)
+    pits = record.path(path).pits.get(key)
     if pits is None:
         return None
     return float(sum(np.log(max(t[1], 1e-300)) for t in pits))
@@ -62,19 +71,19 @@ def _distinct2(tokens: Sequence[int]) -> float | None:
     return len(set(pairs)) / len(pairs) if pairs else None
 
 
-def _pit_hist(u: Any) -> dict[str, list[float]]:
+def _pit_hist(u: npt.NDArray[np.float64]) -> dict[str, list[float]]:
     counts, _ = np.histogram(u, bins=PIT_BINS, range=(0.0, 1.0))
     return {"observed": counts.tolist(), "expected": [len(u) / PIT_BINS] * PIT_BINS}
 
 
-def _first_tokens(records: Sequence[Mapping[str, Any]], path: str) -> Counter[int]:
-    return Counter(int(r[path]["tokens"][0]) for r in records if r[path]["tokens"])
+def _first_tokens(records: Sequence[Sample], path: str) -> Counter[int]:
+    return Counter(r.path(path).tokens[0] for r in records if r.path(path).tokens)
 
 
-def _drift_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def _drift_summary(records: Sequence[Sample]) -> PooledDrift | None:
     """The seeds' re-scoring drifts pooled into one `Drift` (means of the means, maxima of the
     maxima), with the number of samples it pools."""
-    drifts = [Drift.from_dict(r["rescore_drift"]) for r in records if r.get("rescore_drift")]
+    drifts = [r.rescore_drift for r in records if r.rescore_drift is not None]
     if not drifts:
         return None
     p99 = [d.kl_p99 for d in drifts if d.kl_p99 is not None]
@@ -86,7 +95,7 @@ def _drift_summary(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | Non
         max_abs_logit_delta=max(d.max_abs_logit_delta for d in drifts),
         top1_agreement=float(np.mean([d.top1_agreement for d in drifts])),
     )
-    return {"samples": len(drifts), **pooled.to_dict()}
+    return PooledDrift(len(drifts), pooled)
 
 
 def analyze_prompt(
@@ -96,6 +105,19 @@ def analyze_prompt(
     effect_w: float = 0.1,
     has_logits: bool = True,
 ) -> dict[str, Any]:
+    """`analyze` of the seeds' result records as the file holds them, the analysis as the
+    file's analysis record holds it (with its ``tests``)."""
+    samples = [Sample.from_dict(r) for r in records]
+    return analyze(samples, alpha=alpha, effect_w=effect_w, has_logits=has_logits).to_dict()
+
+
+def analyze(
+    records: Sequence[Sample],
+    *,
+    alpha: float,
+    effect_w: float = 0.1,
+    has_logits: bool = True,
+) -> PromptAnalysis:
     """The tests over one prompt's seed records, Holm-adjusted within the prompt at ``alpha``.
 
     ``alpha`` is the prompt's share of the run's family-wise level (the runner divides by the
@@ -131,7 +153,7 @@ def analyze_prompt(
             "first-token:two-sample",
         )
     )
-    lengths = {p: [len(r[p]["tokens"]) for r in records] for p in ("baseline", "speculative")}
+    lengths = {p: [len(r.path(p).tokens) for r in records] for p in ("baseline", "speculative")}
     # Both paths' samples under one scorer: the target's single-token re-scoring where both
     # have it (in process too: the speculative path's own rows are batched), else the pipeline.
     scorer = pipeline(records, has_logits=False) if len(pipeline(records, False)) == 2 else keys
@@ -152,7 +174,7 @@ def analyze_prompt(
             )
         )
     distinct = {
-        p: [d for r in records if (d := _distinct2(r[p]["tokens"])) is not None] for p in lengths
+        p: [d for r in records if (d := _distinct2(r.path(p).tokens)) is not None] for p in lengths
     }
     if len(set(distinct["baseline"] + distinct["speculative"])) > 1:
         tests.append(
@@ -161,66 +183,67 @@ def analyze_prompt(
                 "distinct-2:two-sample",
             )
         )
-    same = sum(r["baseline"]["tokens"] == r["speculative"]["tokens"] for r in records)
+    same = sum(r.baseline.tokens == r.speculative.tokens for r in records)
     errors = [
-        f"{path}: {r[path]['rescore_error']}"
+        f"{path}: {error}"
         for r in records
         for path in ("baseline", "speculative")
-        if "rescore_error" in r[path]
+        if (error := r.path(path).rescore_error) is not None
     ]
-    return {
-        **({"rescore_errors": errors} if errors else {}),
-        "samples": len(records),
-        "alpha": alpha,
-        "pipeline": keys,
-        "tests": adjusted(tests),
-        "placebo": _placebo(records, keys, one_sample.get("baseline"), has_logits, alpha),
-        "consistency": one_sample.get("speculative", []),
-        "same_seed_agreement": same / len(records),
-        "drift": _drift_summary(records),
-        "charts": {
-            "pit_hist": {path: _pit_hist(values) for path, values in u.items()},
-            "first_token": {
+    return PromptAnalysis(
+        rescore_errors=tuple(errors),
+        samples=len(records),
+        alpha=alpha,
+        pipeline=keys,
+        tests=tuple(adjusted(tests)),
+        placebo=_placebo(records, keys, one_sample.get("baseline"), has_logits, alpha),
+        consistency=tuple(one_sample.get("speculative", [])),
+        same_seed_agreement=same / len(records),
+        drift=_drift_summary(records),
+        charts=Charts(
+            pit_hist={path: _pit_hist(values) for path, values in u.items()},
+            first_token={
                 path: {str(tok): n for tok, n in counts.most_common(12)}
                 for path, counts in first.items()
             },
-        },
-    }
+        ),
+    )
 
 
 def _placebo(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Sample],
     keys: Mapping[str, str],
-    tests: list[dict[str, Any]] | None,
+    tests: list[ScoredTest] | None,
     has_logits: bool,
     alpha: float,
-) -> dict[str, Any]:
+) -> Placebo:
     """The placebo's own record: the baseline's one-sample tests through the speculative
     samples' pipeline, the re-scoring's fidelity, and over HTTP the baseline against the rows
     the server reported while sampling (``own_rows``: the premise that it samples from them);
     ``error`` where it could not be formed."""
-    fidelity = Fidelity.pooled(
-        Fidelity.from_dict(r["rescore_fidelity"]) for r in records if r.get("rescore_fidelity")
-    )
-    out: dict[str, Any] = {"fidelity": None if fidelity is None else fidelity.to_dict()}
+    pooled = Fidelity.pooled(r.rescore_fidelity for r in records if r.rescore_fidelity)
+    # as the file holds it: rounded
+    fidelity = None if pooled is None else Fidelity.from_dict(pooled.to_dict())
     if tests is None or "speculative" not in keys:
         missing = [p for p in ("baseline", "speculative") if p not in keys]
-        out["error"] = (
-            f"the {' and the '.join(missing)} samples were not scored by the instrument "
-            "(re-scoring not offered, or it failed), so the speculative samples cannot be "
-            "compared with a placebo"
+        return Placebo(
+            fidelity=fidelity,
+            error=(
+                f"the {' and the '.join(missing)} samples were not scored by the instrument "
+                "(re-scoring not offered, or it failed), so the speculative samples cannot be "
+                "compared with a placebo"
+            ),
         )
-        return out
-    out["tests"] = tests
-    out["instrument"] = (
+    instrument = (
         "the rows each path reported (in process)"
         if has_logits
         else "the target's single-token rows re-scored on the baseline server"
     )
-    if not has_logits and all("chain_pit" in r["baseline"] for r in records):
+    own_rows = None
+    if not has_logits and all("chain_pit" in r.baseline.pits for r in records):
         u = pit_values(records, "baseline", pit_seed(records) + 5)
         effect_w = 0.1
-        out["own_rows"] = adjusted(
-            consistency(records, "baseline", "chain_pit", alpha, effect_w, u, "baseline")
+        own_rows = tuple(
+            adjusted(consistency(records, "baseline", "chain_pit", alpha, effect_w, u, "baseline"))
         )
-    return out
+    return Placebo(fidelity, tests=tuple(tests), instrument=instrument, own_rows=own_rows)

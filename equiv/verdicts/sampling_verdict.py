@@ -39,8 +39,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from equiv.records.verdict import Label, Verdict
+from equiv.verdicts.analysis_record import (
+    BatchedEvidence,
+    Placebo,
+    PromptAnalysis,
+    ScoredTest,
+    find,
+    rejected,
+)
 from equiv.verdicts.classify import misconfiguration
-from equiv.verdicts.fidelity import Fidelity
 from equiv.verdicts.stats import chi2_power, min_detectable_w
 
 __all__ = [
@@ -66,71 +73,75 @@ STAGES = {
 }
 
 
-def _find(tests: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
-    return next((t for t in tests if t["name"] == name), None)
-
-
-def _rejected(tests: Sequence[Mapping[str, Any]], alpha: float) -> list[Mapping[str, Any]]:
-    return [t for t in tests if t["p_adjusted"] < alpha]
-
-
-def _shown(test: Mapping[str, Any], alpha: float) -> str:
+def _shown(test: ScoredTest, alpha: float) -> str:
     return (
-        f"{test['name']}: statistic {test['statistic']:.2f}, Holm-adjusted p = "
-        f"{test['p_adjusted']:.2g} < alpha {alpha:.2g}, n = {test['n']}; "
-        f"{test['detail'].split(';')[0]}"
+        f"{test.name}: statistic {test.statistic:.2f}, Holm-adjusted p = "
+        f"{test.p_adjusted:.2g} < alpha {alpha:.2g}, n = {test.n}; {test.summary}"
     )
 
 
-def needs_batched_evidence(analysis: Mapping[str, Any]) -> bool:
+def _typed(analysis: PromptAnalysis | Mapping[str, Any]) -> PromptAnalysis:
+    """The analysis, read from its record where given as the file (or `analyze_prompt`) holds
+    it."""
+    return analysis if isinstance(analysis, PromptAnalysis) else PromptAnalysis.from_dict(analysis)
+
+
+def needs_batched_evidence(analysis: PromptAnalysis | Mapping[str, Any]) -> bool:
     """Whether a test of the speculative samples against the placebo rejects at the prompt's
     level: over HTTP, where both are scored under single-token rows, `classify_sampling` then
-    asks whether batched rows explain it (``analysis["batched"]``)."""
+    asks whether batched rows explain it (`PromptAnalysis.batched`)."""
+    analysis = _typed(analysis)
     return any(
-        t["p_adjusted"] < analysis["alpha"]
+        t.p_adjusted < analysis.alpha
         for kind in VS_PLACEBO
-        if (t := _find(analysis["tests"], f"{kind}:vs-placebo")) is not None
+        if (t := find(analysis.tests, f"{kind}:vs-placebo")) is not None
     )
 
 
-def limit(placebo: Mapping[str, Any], alpha: float) -> str | None:
+def limit(placebo: Placebo, alpha: float) -> str | None:
     """What the instrument cannot see, where the placebo rejects the rows it is scored under:
     None where it does not."""
-    rejected = _rejected(placebo.get("tests") or [], alpha)
-    if not rejected:
+    rejects = rejected(placebo.tests or (), alpha)
+    if not rejects:
         return None
-    fidelity = placebo.get("fidelity")
+    fid = placebo.fidelity
     measured = ""
-    if fidelity:
-        fid = Fidelity.from_dict(fidelity)
+    if fid:
         measured = (
             f"; {fid.line}: a sampler fault that moves the distribution by less than total "
             f"variation {fid.tv_mean:.3f} a token is not visible against these rows alone"
         )
-    names = ", ".join(t["name"].split(":")[0] for t in rejected)
+    names = ", ".join(t.kind for t in rejects)
     return (
         f"the placebo (the baseline's own samples through the same pipeline) is rejected by its "
-        f"rows ({names}; {rejected[0]['detail'].split(';')[0]}): the instrument here is off"
+        f"rows ({names}; {rejects[0].summary}): the instrument here is off"
         f"{measured}; the verdict rests on the comparison with the placebo"
     )
 
 
+#: What a verdict records of the batched follow-up: the tests that rejected, each test's p.
+BatchedFigures = dict[str, list[str] | dict[str, float]]
+
+
 def _batched_answer(
-    evidence: Mapping[str, Any] | None, kind: str, alpha: float
-) -> tuple[Any, str, Label]:
+    evidence: BatchedEvidence | None, kind: str, alpha: float
+) -> tuple[BatchedFigures | None, str, Label]:
     """What the speculative samples re-scored *batched* say against the placebo
     (`pit_tests.batched_vs_placebo`), after ``kind`` rejected under single-token rows:
     ``(figures, words, label)``. ``sampler-bug`` if a batched test rejects; ``numeric-drift`` if
     none does and the batched test of the same kind had the power to; else ``inconclusive``."""
-    if not evidence or not evidence.get("tests"):
-        why = (evidence or {}).get("error") or "the target's batched rows were not asked"
+    if evidence is None or not evidence.tests:
+        why = (evidence.error if evidence else None) or "the target's batched rows were not asked"
         words = f"whether numeric drift explains it could not be checked: {why}"
         return None, words, Label.INCONCLUSIVE
-    tests = evidence["tests"]
-    rejected = [t["name"] for t in _rejected(tests, alpha)]
-    figures = {"rejected": rejected, "p_adjusted": {t["name"]: t["p_adjusted"] for t in tests}}
-    shown = ", ".join(f"{t['name'].split(':')[0]} p = {t['p_adjusted']:.2g}" for t in tests)
-    if rejected:
+    tests = evidence.tests
+    names = [t.name for t in rejected(tests, alpha)]
+    figures: BatchedFigures = {
+        "rejected": names,
+        "p_adjusted": {t.name: t.p_adjusted for t in tests},
+    }
+    shown = ", ".join(f"{t.kind} p = {t.p_adjusted:.2g}" for t in tests)
+    if names:
         return (
             figures,
             (
@@ -139,8 +150,8 @@ def _batched_answer(
             ),
             Label.SAMPLER_BUG,
         )
-    same = _find(tests, f"{kind}:vs-placebo-batched")
-    power = (same or {}).get("power") or 0.0
+    same = find(tests, f"{kind}:vs-placebo-batched")
+    power = (same.power if same else None) or 0.0
     if power < MIN_POWER:
         return (
             figures,
@@ -163,49 +174,55 @@ def _batched_answer(
     )
 
 
-def _power(analysis: Mapping[str, Any], ev: dict[str, Any]) -> tuple[float, int, int, str]:
+def _power(analysis: PromptAnalysis, ev: dict[str, Any]) -> tuple[float, int, int, str]:
     """The power behind ``equivalent``: the comparison with the placebo's PIT histograms at
     Holm's first step, alpha / m, over its effective tokens. ``(power, n, df, what)``."""
-    test = _find(analysis["tests"], "pit:vs-placebo")
+    test = find(analysis.tests, "pit:vs-placebo")
     what = "comparison with the placebo (PIT)"
-    n = (test or {}).get("n", 0)
-    df = (test or {}).get("df") or 9
-    level = analysis["alpha"] / max(len(analysis["tests"]), 1)
-    ran = test is not None and n > 0 and test.get("df") is not None
+    n = test.n if test else 0
+    df = (test.df if test else None) or 9
+    level = analysis.alpha / max(len(analysis.tests), 1)
+    ran = test is not None and n > 0 and test.df is not None
     power = chi2_power(n, df, alpha=level, w=0.1) if ran else 0.0  # a test without data: none
     ev.update(power=power, power_alpha=level)
-    temperature = _find(analysis["tests"], "temperature:vs-placebo")
+    temperature = find(analysis.tests, "temperature:vs-placebo")
     if temperature is not None:
-        ev["temperature_power"] = temperature["power"]
+        ev["temperature_power"] = temperature.power
     return power, n, df, what
 
 
 def classify_sampling(
-    analysis: Mapping[str, Any], *, differences: Sequence[str] = (), has_logits: bool = True
+    analysis: PromptAnalysis | Mapping[str, Any],
+    *,
+    differences: Sequence[str] = (),
+    has_logits: bool = True,
 ) -> Verdict:
-    alpha = analysis["alpha"]
-    tests = analysis["tests"]
-    rejected = _rejected(tests, alpha)
-    placebo = analysis.get("placebo") or {"error": "the analysis records no placebo"}
+    """The verdict of one sampled prompt (the rules in order: this module's docstring).
+    ``analysis``: `prompt_analysis.analyze`'s, or as `analyze_prompt` (the file) holds it."""
+    analysis = _typed(analysis)
+    alpha = analysis.alpha
+    tests = analysis.tests
+    rejects = rejected(tests, alpha)
+    placebo = analysis.placebo or Placebo(error="the analysis records no placebo")
     instrument = limit(placebo, alpha)
     ev: dict[str, Any] = {
         "alpha": alpha,
-        "rejected": [t["name"] for t in rejected],
-        "same_seed_agreement": analysis["same_seed_agreement"],
-        "drift": analysis.get("drift"),
-        "placebo_rejected": [t["name"] for t in _rejected(placebo.get("tests") or [], alpha)],
-        "fidelity": placebo.get("fidelity"),
+        "rejected": [t.name for t in rejects],
+        "same_seed_agreement": analysis.same_seed_agreement,
+        "drift": None if analysis.drift is None else analysis.drift.to_dict(),
+        "placebo_rejected": [t.name for t in rejected(placebo.tests or (), alpha)],
+        "fidelity": None if placebo.fidelity is None else placebo.fidelity.to_dict(),
         **({"limit": instrument} if instrument else {}),
     }
     note = f"; {instrument}" if instrument else ""
     if differences:
-        return misconfiguration(differences, f"{len(rejected)} test(s) reject")
-    if "error" in placebo:
-        names = ", ".join(t["name"] for t in rejected)
+        return misconfiguration(differences, f"{len(rejects)} test(s) reject")
+    if placebo.error is not None:
+        names = ", ".join(t.name for t in rejects)
         found = f"the outputs differ ({names} reject at alpha {alpha:.2g}), but " if names else ""
         return Verdict(
             Label.INCONCLUSIVE,
-            f"{found}{placebo['error']}: without a placebo equiv can show neither a sampler bug "
+            f"{found}{placebo.error}: without a placebo equiv can show neither a sampler bug "
             "nor equivalence",
             ev,
         )
@@ -217,38 +234,38 @@ def classify_sampling(
             ev,
         )
     for name, what in STAGES.items():
-        test = _find(tests, name)
-        if test is not None and test["p_adjusted"] < alpha:
+        test = find(tests, name)
+        if test is not None and test.p_adjusted < alpha:
             return Verdict(
                 Label.SAMPLER_BUG, f"the speculative sampler's {what} ({_shown(test, alpha)})", ev
             )
     for kind in VS_PLACEBO:
-        test = _find(tests, f"{kind}:vs-placebo")
-        if test is None or test["p_adjusted"] >= alpha:
+        test = find(tests, f"{kind}:vs-placebo")
+        if test is None or test.p_adjusted >= alpha:
             continue
         found = (
             f"the speculative samples differ from the placebo's, both scored under "
-            f"{placebo.get('instrument', 'the same rows')} ({_shown(test, alpha)})"
+            f"{placebo.instrument or 'the same rows'} ({_shown(test, alpha)})"
         )
         if has_logits:
             return Verdict(Label.SAMPLER_BUG, found + note, ev)
-        batched, why, label = _batched_answer(analysis.get("batched"), kind, alpha)
+        batched, why, label = _batched_answer(analysis.batched, kind, alpha)
         ev["batched"] = batched
         return Verdict(label, f"{found}; {why}{note}", ev)
-    drift = analysis.get("drift")
-    fidelity = placebo.get("fidelity")
-    floor = max(KL_NOT_TARGET, 10 * fidelity["kl_mean"]) if fidelity else KL_NOT_TARGET
-    if drift and drift["kl_mean"] > floor:
+    drift = analysis.drift
+    fidelity = placebo.fidelity
+    floor = max(KL_NOT_TARGET, 10 * fidelity.kl_mean) if fidelity else KL_NOT_TARGET
+    if drift is not None and drift.drift.kl_mean > floor:
         return Verdict(
             Label.SAMPLER_BUG,
             f"the logits the speculative sampler used are not the target's: mean KL "
-            f"{drift['kl_mean']:.3f} nats against the target's own re-scoring (re-scoring the "
-            f"placebo moves rows by {fidelity['kl_mean'] if fidelity else 0:.4f}; batching drift "
-            f"is typically < 0.01), top-1 agreement {drift['top1_agreement']:.2f}",
+            f"{drift.drift.kl_mean:.3f} nats against the target's own re-scoring (re-scoring the "
+            f"placebo moves rows by {fidelity.kl_mean if fidelity else 0:.4f}; batching drift "
+            f"is typically < 0.01), top-1 agreement {drift.drift.top1_agreement:.2f}",
             ev,
         )
-    if rejected:
-        names = ", ".join(t["name"] for t in rejected)
+    if rejects:
+        names = ", ".join(t.name for t in rejects)
         return Verdict(
             Label.NUMERIC_DRIFT,
             f"no test of the speculative samples against the placebo rejects, but the output "
@@ -256,7 +273,7 @@ def classify_sampling(
             f"({names} reject at alpha {alpha:.2g}): the logits differ between the paths{note}",
             ev,
         )
-    alone = _rejected(analysis.get("consistency") or [], alpha)
+    alone = rejected(analysis.consistency, alpha)
     if alone and not ev["placebo_rejected"]:
         return Verdict(
             Label.INCONCLUSIVE,
@@ -268,16 +285,16 @@ def classify_sampling(
     return _by_power(analysis, ev, note)
 
 
-def _by_power(analysis: Mapping[str, Any], ev: dict[str, Any], note: str) -> Verdict:
+def _by_power(analysis: PromptAnalysis, ev: dict[str, Any], note: str) -> Verdict:
     """``equivalent`` where nothing rejected and the test had the power; else ``inconclusive``
     with how many tokens would give it."""
-    alpha = analysis["alpha"]
+    alpha = analysis.alpha
     power, n, df, what = _power(analysis, ev)
     level = ev["power_alpha"]
-    errors = analysis.get("rescore_errors") or []
+    errors = analysis.rescore_errors
     if errors:
         what += (
-            f"; re-scoring failed for {len(errors)} of {analysis['samples']} samples "
+            f"; re-scoring failed for {len(errors)} of {analysis.samples} samples "
             f"({errors[0]}), so the tests against the placebo did not run"
         )
     if power >= MIN_POWER:
@@ -292,7 +309,7 @@ def _by_power(analysis: Mapping[str, Any], ev: dict[str, Any], note: str) -> Ver
     while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=level, power=MIN_POWER) > 0.1:
         need = max(2 * need, 16)
     ev.update(tokens=n, tokens_needed=need)  # so a caller can say how many seeds would do
-    samples = analysis.get("samples") or 0
+    samples = analysis.samples
     more = f" (about {math.ceil(samples * need / n)} seeds)" if n and samples else ""
     return Verdict(
         Label.INCONCLUSIVE,

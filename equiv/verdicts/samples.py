@@ -1,0 +1,125 @@
+"""One sampled result as the analysis of sampling mode reads it: `Sample`, with a `PathSample`
+per path.
+
+A result record holds, per path beside the generation, the evidence of `equiv.run.evidence`:
+PIT entries under one instrument or another (``chain_pit``, ``target_pit``, ``batched_pit``,
+``residual_pit``: ``[mass before, p of the token, p of the top token]`` per token), the
+sensitivities beside them (``chain_sensitivity``, ...), a rejection sampler's judgements
+(``acceptance``: ``[a, accepted, q(x)]`` per judged draft token), a failed re-scoring
+(``rescore_error``). `Sample.from_dict` reads them from the record as the file holds it (a JSON
+boundary: what it does not know it leaves); the tests of `equiv.verdicts.pit_tests` and
+`equiv.verdicts.prompt_analysis` read the typed sample. A key that is present with no entries
+(an empty sample re-scored) is kept apart from one that is absent (not re-scored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from equiv.records import Drift, ResultRecord
+from equiv.verdicts.fidelity import Fidelity
+
+__all__ = ["PATHS", "PathSample", "PitEntry", "Sample"]
+
+PATHS = ("baseline", "speculative")
+#: ``(mass ranked before the token, p of the token, p of the top token)``; for ``acceptance``
+#: ``(a, accepted, q(x))``.
+PitEntry = tuple[float, float, float]
+
+_PITS = ("chain_pit", "target_pit", "batched_pit", "residual_pit")
+_SENSITIVITIES = tuple(key.replace("_pit", "_sensitivity") for key in _PITS)
+
+
+def _entries(rows: Sequence[Sequence[float]]) -> tuple[PitEntry, ...]:
+    return tuple((float(a), float(b), float(c)) for a, b, c in rows)
+
+
+@dataclass(frozen=True)
+class PathSample:
+    """One path's sample: its tokens and the evidence its record holds beside them."""
+
+    tokens: tuple[int, ...] = ()
+    #: PIT entries by their key in the record (``chain_pit``, ``target_pit``, ...).
+    pits: Mapping[str, tuple[PitEntry, ...]] = field(default_factory=dict)
+    #: Sensitivities by their key in the record (``chain_sensitivity``, ...).
+    sensitivities: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    acceptance: tuple[PitEntry, ...] | None = None  # None: the engine reports no judgements
+    rescore_error: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PathSample:
+        """One path of a result record as the file holds it (``tokens`` required)."""
+        acceptance = data.get("acceptance")
+        error = data.get("rescore_error")
+        return cls(
+            tokens=tuple(int(t) for t in data["tokens"]),
+            pits={k: _entries(data[k]) for k in _PITS if k in data},
+            sensitivities={
+                k: tuple(float(x) for x in data[k]) for k in _SENSITIVITIES if k in data
+            },
+            acceptance=None if acceptance is None else _entries(acceptance),
+            rescore_error=None if error is None else str(error),
+        )
+
+    def scored(
+        self, key: str, pits: Sequence[Sequence[float]], sensitivities: Sequence[float]
+    ) -> PathSample:
+        """This sample with PIT entries and sensitivities added under ``key`` (``batched``)."""
+        return dataclasses.replace(
+            self,
+            pits={**self.pits, f"{key}_pit": _entries(pits)},
+            sensitivities={
+                **self.sensitivities,
+                f"{key}_sensitivity": tuple(float(x) for x in sensitivities),
+            },
+        )
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One seed of a sampled prompt: both paths' samples, the drift between the speculative
+    rows and their re-scoring, and the re-scoring's fidelity on the baseline."""
+
+    key: str
+    baseline: PathSample
+    speculative: PathSample
+    rescore_drift: Drift | None = None
+    rescore_fidelity: Fidelity | None = None
+
+    def path(self, name: str) -> PathSample:
+        """``baseline`` or ``speculative``."""
+        return self.speculative if name == "speculative" else self.baseline
+
+    @classmethod
+    def of(cls, record: ResultRecord) -> Sample:
+        """A result record's sample (its evidence as `ResultRecord.evidence` holds it)."""
+        paths = {
+            path: PathSample.from_dict(
+                {**record.evidence.get(path, {}), "tokens": record.generation(path).tokens}
+            )
+            for path in PATHS
+        }
+        fidelity = record.extra.get("rescore_fidelity")
+        return cls(
+            key=record.key,
+            baseline=paths["baseline"],
+            speculative=paths["speculative"],
+            rescore_drift=record.rescore_drift,
+            rescore_fidelity=Fidelity.from_dict(fidelity) if fidelity else None,
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Sample:
+        """A result record as the file holds it (`equiv.records.ResultRecord.to_dict`)."""
+        drift = data.get("rescore_drift")
+        fidelity = data.get("rescore_fidelity")
+        return cls(
+            key=str(data["key"]),
+            baseline=PathSample.from_dict(data["baseline"]),
+            speculative=PathSample.from_dict(data["speculative"]),
+            rescore_drift=Drift.from_dict(drift) if drift else None,
+            rescore_fidelity=Fidelity.from_dict(fidelity) if fidelity else None,
+        )
