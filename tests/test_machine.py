@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from equiv.records import HeaderRecord
 from equiv.records.machine import SIMD_FLAGS, Machine
@@ -66,8 +67,8 @@ def test_compare_of_two_runs_from_different_machines_says_so() -> None:
     from equiv.records import ResultsFile
 
     a = RunRecords.from_file(ResultsFile("tests/fixtures/temp0_results.jsonl"), name="A")
-    header_a = {**a.header, "machine": EPYC.to_dict()}
-    header_b = {**a.header, "machine": XEON.to_dict()}
+    header_a = dataclasses.replace(a.header, machine=EPYC)
+    header_b = dataclasses.replace(a.header, machine=XEON)
     c = compare_runs(
         RunRecords("A", header_a, a.results, a.analyses, a.events),
         RunRecords("B", header_b, a.results, a.analyses, a.events),

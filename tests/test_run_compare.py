@@ -1,12 +1,11 @@
 """Comparing two runs of the same plan: what changed, with honest intervals, and a CI gate."""
 
-import copy
 import json
 
 import pytest
 
 from equiv.cli.main import main
-from equiv.records import ResultsFile
+from equiv.records import HeaderRecord, ResultRecord, ResultsFile
 from equiv.verdicts.run_compare import Gate, RunRecords, compare_runs
 
 FIXTURE = "tests/fixtures/temp0_results.jsonl"
@@ -20,7 +19,7 @@ def _modified():
     """Run B: one prompt newly a sampler bug, one identical prompt newly diverged (its baseline
     output changed), a different thread count, and the baseline twice as slow."""
     a = _run()
-    results = [copy.deepcopy(dict(r)) for r in a.results]
+    results = [r.to_dict() for r in a.results]
     diverged = next(r for r in results if not r["comparison"]["identical"])
     diverged["verdict"] = {**diverged["verdict"], "label": "sampler-bug", "reason": "injected"}
     same = next(r for r in results if r["comparison"]["identical"])
@@ -29,9 +28,10 @@ def _modified():
     same["verdict"] = {"label": "numeric-drift", "reason": "a flip", "evidence": {}}
     for r in results:
         r["baseline"]["t_decode_s"] *= 2
-    header = copy.deepcopy(dict(a.header))
+    header = a.header.to_dict()
     header["config"]["n_threads"] = 4
-    run_b = RunRecords("B", header, results, a.analyses, a.events)
+    typed = [ResultRecord.from_dict(r) for r in results]
+    run_b = RunRecords("B", HeaderRecord.from_dict(header), typed, a.analyses, a.events)
     return a, run_b, diverged["key"], same["key"]
 
 
@@ -80,7 +80,7 @@ def test_compare_cli_gates_prints_json_and_writes_a_page(tmp_path, capsys):
     _a, b, bug_key, _ = _modified()
     folder = tmp_path / "new"
     results = ResultsFile(folder / "results.jsonl")
-    results.write_header({k: v for k, v in b.header.items() if k not in ("kind", "schema")})
+    results.write_header(b.header)
     for r in b.results:
         results.append_result(r)
     for e in b.events:

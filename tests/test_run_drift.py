@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from equiv.records import Drift
 from equiv.report.summary_json import summary_json, summary_of
 from equiv.verdicts.compare import drift
 from equiv.verdicts.drift import drift_metrics
@@ -19,7 +20,7 @@ def _rows(rng, n, vocab=64, noise=0.3):
 def test_percentiles_pool_every_row_of_every_prompt():
     rng = np.random.default_rng(7)
     pairs = [_rows(rng, n) for n in (5, 40, 1)]
-    drifts = [drift(a, b).to_dict() for a, b in pairs]
+    drifts = [drift(a, b) for a, b in pairs]
     pooled = np.concatenate([[float(f"{x:.4g}") for x in drift_metrics(a, b, rows=True).kl_rows]
                              for a, b in pairs])  # fmt: skip
     run = run_drift([*drifts, None])
@@ -44,12 +45,12 @@ def test_percentiles_pool_every_row_of_every_prompt():
 def test_older_records_without_row_kl_give_no_percentiles_and_say_so():
     old = {"positions": 4, "max_abs_delta_logit": 0.5, "mean_kl": 0.01, "max_kl": 0.03,
            "top1_agreement": 0.75}  # fmt: skip
-    run = run_drift([old])
+    run = run_drift([Drift.from_dict(old)])
     assert run is not None
     assert (run.rows, run.rows_with_kl, run.kl_p99, run.same_top) == (4, 0, None, 0.75)
     assert "99%" not in run.line
     assert "no per-row KL recorded" in run.line
-    assert run_drift([None, {}]) is None
+    assert run_drift([None, Drift.from_dict({**old, "positions": 0})]) is None
 
 
 def test_summary_json_of_a_results_file_is_strict_json_with_the_figures(tmp_path):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from markupsafe import Markup
 
+from equiv.records import ResultRecord
 from equiv.report.svg import grouped_chart
 from equiv.verdicts.graders import Grade
 from equiv.verdicts.pass_rates import Rate
@@ -80,23 +80,24 @@ def _row(s: SuiteQuality, temp0: bool) -> RateRow:
     )
 
 
-def _grades(records: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
+def _grades(records: Iterable[ResultRecord]) -> dict[str, tuple[str, str]]:
     """suite/id of temp-0 records -> both paths' grades, as "outcome: reason"."""
     out = {}
     for r in records:
-        if r.get("seed") is not None:
+        if r.seed is not None:
             continue
         try:
-            pair = [Grade.from_dict(r["grades"][p]) for p in ("baseline", "speculative")]
+            grades = r.extra["grades"]
+            pair = [Grade.from_dict(grades[p]) for p in ("baseline", "speculative")]
         except (KeyError, TypeError, ValueError):
             continue
         shown = [f"{g.outcome.value}: {g.reason}" for g in pair]
-        out[f"{r.get('suite')}/{r.get('prompt_id')}"] = (shown[0], shown[1])
+        out[f"{r.suite}/{r.prompt_id}"] = (shown[0], shown[1])
     return out
 
 
 def _section(
-    q: Quality, title: str, anchors: Mapping[str, str], reasons: Mapping[str, Any]
+    q: Quality, title: str, anchors: Mapping[str, str], reasons: Mapping[str, tuple[str, str]]
 ) -> QualitySection:
     rows = (*(_row(s, q.temp0) for s in q.suites), _row(q.total, q.temp0))
     alpha = q.total.difference.alpha
@@ -143,7 +144,7 @@ def _section(
 
 def quality_view(
     qualities: Iterable[Quality],
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[ResultRecord],
     anchors: Mapping[str, str],
 ) -> QualityView:
     """``anchors``: suite/id of temp-0 prompts -> their card's anchor in the report."""

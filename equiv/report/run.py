@@ -255,7 +255,7 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         note=NOTE if redact else "Paths are shown unredacted (--no-redact).",
         quality=quality_view(
             summary.quality,
-            [r.to_dict() for r in rows],
+            rows,
             {p.key.removesuffix("::temp0"): p.anchor for p in prompts},
         ),
     )

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from equiv.records import Generation
+from equiv.config import Mode
+from equiv.records import AnalysisRecord, EventRecord, HeaderRecord, ResultRecord, ResultsFile
 from equiv.records.machine import Machine
-from equiv.records.verdict import Label, verdict_of
+from equiv.records.verdict import Label
 from equiv.verdicts.run_drift import run_drift
 from equiv.verdicts.summary import SuiteSummary, summarize
 
@@ -63,31 +64,33 @@ class RunRecords:
     """One run as `compare_runs` reads it: its header, result, analysis and event records."""
 
     name: str
-    header: Mapping[str, Any]
-    results: Sequence[Mapping[str, Any]]
-    analyses: Sequence[Mapping[str, Any]] = ()
-    events: Sequence[Mapping[str, Any]] = ()
+    header: HeaderRecord
+    results: Sequence[ResultRecord]
+    analyses: Sequence[AnalysisRecord] = ()
+    events: Sequence[EventRecord] = ()
 
     @classmethod
-    def from_file(cls, results: Any, name: str = "") -> RunRecords:
+    def from_file(cls, results: ResultsFile, name: str = "") -> RunRecords:
         """A `ResultsFile`'s records (``name``: how to call the run; default its path)."""
         contents = results.read()
         return cls(
             name=name or str(results.path),
-            header=results.header().to_dict(),
-            results=[r.to_dict() for r in contents.results],
-            analyses=[a.to_dict() for a in contents.analyses],
-            events=[e.to_dict() for e in contents.events],
+            header=results.header(),
+            results=contents.results,
+            analyses=contents.analyses,
+            events=contents.events,
         )
 
     def labels(self) -> dict[str, str]:
         """Key -> label of each judged unit: temp-0 results, sampling analyses."""
-        judged = [r for r in self.results if r.get("mode", "temp0") == "temp0"]
-        return {str(r["key"]): verdict_of(r).label.value for r in [*judged, *self.analyses]}
+        judged: list[ResultRecord | AnalysisRecord] = [
+            r for r in self.results if r.mode is Mode.TEMP0
+        ]
+        return {r.key: r.judged.label.value for r in [*judged, *self.analyses]}
 
     @property
     def failed_controls(self) -> list[str]:
-        return [str(e["event"]) for e in self.events if e.get("ok") is False]
+        return [e.event for e in self.events if e.failed]
 
 
 @dataclass(frozen=True)
@@ -322,13 +325,12 @@ def _change(a: Any, b: Any, room: int = 60) -> str:
     return f"{cut(ta)} -> {cut(tb)}"
 
 
-def _figures(record: Mapping[str, Any]) -> tuple[float, ...]:
+def _figures(record: ResultRecord) -> tuple[float, ...]:
     """(kl x rows, rows, accepted, drafted, base tokens, base s, spec tokens, spec s)."""
     s = SuiteSummary("one")
-    s.add_generations(  # speed and draft counts only: no label counted
-        Generation.from_dict(record["baseline"]), Generation.from_dict(record["speculative"])
-    )
-    d = run_drift([(record.get("comparison") or {}).get("drift")])
+    # speed and draft counts only: no label counted
+    s.add_generations(record.baseline, record.speculative)
+    d = run_drift([record.comparison.drift])
     rows = float(d.rows) if d else 0.0
     return (
         (d.kl_mean * rows) if d else 0.0,
@@ -382,21 +384,21 @@ def _shift(
     return Shift(name, a, b, low, high, n, ratio, unit)
 
 
-def _tokens(record: Mapping[str, Any] | None, path: str) -> list[int] | None:
-    return None if record is None else list(record[path]["tokens"])
+def _tokens(record: ResultRecord | None, path: str) -> list[int] | None:
+    return None if record is None else list(record.generation(path).tokens)
 
 
 def compare_runs(a: RunRecords, b: RunRecords) -> RunComparison:
     """What changed from run ``a`` to run ``b``."""
-    results_a = {str(r["key"]): r for r in a.results}
-    results_b = {str(r["key"]): r for r in b.results}
+    results_a = {r.key: r for r in a.results}
+    results_b = {r.key: r for r in b.results}
     labels_a, labels_b = a.labels(), b.labels()
     keys_a, keys_b = set(results_a) | set(labels_a), set(results_b) | set(labels_b)
     changes = []
     for key in sorted(keys_a & keys_b):
         ra, rb = results_a.get(key), results_b.get(key)
-        div_a = None if ra is None else not ra["comparison"]["identical"]
-        div_b = None if rb is None else not rb["comparison"]["identical"]
+        div_a = None if ra is None else not ra.comparison.identical
+        div_b = None if rb is None else not rb.comparison.identical
         base = (
             None if ra is None or rb is None else _tokens(ra, "baseline") != _tokens(rb, "baseline")
         )
@@ -416,7 +418,7 @@ def compare_runs(a: RunRecords, b: RunRecords) -> RunComparison:
         b=b.name,
         verdict_a=_verdict(a),
         verdict_b=_verdict(b),
-        setup=setup_differences(a.header, b.header),
+        setup=setup_differences(a.header.to_dict(), b.header.to_dict()),
         common=len(keys_a & keys_b),
         only_a=tuple(sorted(keys_a - keys_b)),
         only_b=tuple(sorted(keys_b - keys_a)),
@@ -432,9 +434,7 @@ def compare_runs(a: RunRecords, b: RunRecords) -> RunComparison:
 
 def _verdict(run: RunRecords) -> str:
     """The run's label (as its summary gives it) and its label counts, worst first."""
-    summary = summarize(
-        run.results, run.events, run.analyses, differences=run.header.get("differences", ())
-    )
+    summary = summarize(run.results, run.events, run.analyses, differences=run.header.differences)
     counts = summary.total.labels
     order = sorted(counts, key=lambda x: (-SEVERITY.get(x, 0), x))
     listed = ", ".join(f"{counts[x]} {x}" for x in order if counts[x])

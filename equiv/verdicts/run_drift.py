@@ -8,11 +8,13 @@ A pure function of the comparisons' recorded drift; no model.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from equiv.records import Drift
 
 __all__ = ["RunDrift", "run_drift"]
 
@@ -75,21 +77,16 @@ class RunDrift:
         )
 
 
-def _get(drift: Mapping[str, Any], *names: str) -> Any:
-    """A field under its current or older name (``positions``/``rows``, ...)."""
-    return next((drift[n] for n in names if n in drift), None)
-
-
-def run_drift(drifts: Iterable[Mapping[str, Any] | None]) -> RunDrift | None:
-    """Pool the recorded drift of each comparison (``comparison.drift`` of each result record,
-    as a mapping; None where a record has none). None when no record has any."""
-    kept = [d for d in drifts if d and (_get(d, "positions", "rows") or 0) > 0]
+def run_drift(drifts: Iterable[Drift | None]) -> RunDrift | None:
+    """Pool the recorded drift of each comparison (``comparison.drift`` of each result record;
+    None where a record has none). None when no record has any."""
+    kept = [d for d in drifts if d is not None and d.rows > 0]
     if not kept:
         return None
-    n = np.array([int(_get(d, "positions", "rows")) for d in kept])
-    means = np.array([float(_get(d, "mean_kl", "kl_mean")) for d in kept])
-    agree = np.array([float(d["top1_agreement"]) for d in kept])
-    pooled = [float(x) for d in kept for x in d.get("kl_rows") or ()]
+    n = np.array([d.rows for d in kept])
+    means = np.array([float(d.kl_mean) for d in kept])
+    agree = np.array([float(d.top1_agreement) for d in kept])
+    pooled = [float(x) for d in kept for x in d.kl_rows]
     values = np.array(pooled, dtype=np.float64)
     quantiles: dict[str, float | None] = {name: None for name, _ in PERCENTILES}
     if values.size:
@@ -99,10 +96,8 @@ def run_drift(drifts: Iterable[Mapping[str, Any] | None]) -> RunDrift | None:
         rows=int(n.sum()),
         rows_with_kl=int(values.size),
         kl_mean=float((means * n).sum() / n.sum()),
-        kl_max=max(float(_get(d, "max_kl", "kl_max")) for d in kept),
-        max_abs_logit_delta=max(
-            float(_get(d, "max_abs_delta_logit", "max_abs_logit_delta")) for d in kept
-        ),
+        kl_max=max(float(d.kl_max) for d in kept),
+        max_abs_logit_delta=max(float(d.max_abs_logit_delta) for d in kept),
         same_top=float(np.round(agree * n).sum() / n.sum()),
         **quantiles,
     )

@@ -236,9 +236,7 @@ def summarize(
     for record in results:
         summary.suites.setdefault(record.suite, SuiteSummary(record.suite)).add(record)
         summary.total.add(record)
-    summary.drift = run_drift(
-        r.comparison.drift.to_dict() if r.comparison.drift is not None else None for r in results
-    )
+    summary.drift = run_drift(r.comparison.drift for r in results)
     summary.divergence_rate = divergence_rate(results)
     for analysis in analysed:
         summary.suites.setdefault(analysis.suite, SuiteSummary(analysis.suite)).add_analysis(
