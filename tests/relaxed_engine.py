@@ -3,11 +3,16 @@
 
 The draft (the real draft GGUF) proposes up to ``draft_max`` greedy tokens; the target (the real
 target GGUF) evaluates them in one batch, as verification does, and accepts a drafted token when
-it is one of the target's **two** best there (``make_top3``: three), a "relaxed acceptance",
-the lossy rule some servers offer for speed. The first refused token is replaced by the target's
-argmax, and a fully accepted draft gets the argmax of the last row. Like a server, it reports
-neither the rows it used nor its acceptance decisions, so each divergence alone looks like the
-target's runner-up at a near-tie; only their rate gives it away. The baseline is plain llama.cpp.
+it is one of the target's **two** best there, a "relaxed acceptance", the lossy rule some servers
+offer for speed. The first refused token is replaced by the target's argmax, and a fully accepted
+draft gets the argmax of the last row. ``make_lossy`` is lossier, for the tests: the draft
+*samples* its proposals at temperature 1 (as a draft with its own sampler does; the generator is
+seeded from the prompt, so a rerun repeats it) and the target accepts any of its **three** best.
+A draft this close to the target proposes a token other than the target's argmax only near a
+tie, which is machine-dependent; sampling makes it propose one within a few tokens on any CPU.
+Like a server, it reports neither the rows it used nor its acceptance decisions, so each
+divergence alone looks like the target's runner-up at a near-tie; only their rate gives it away.
+The baseline is plain llama.cpp.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ from equiv.engines.llamacpp import LlamaCppEngine, _last_row, _load_llama
 from equiv.records import DraftStep, Generation, TokenAlternatives
 from equiv.records.generation import top_k
 
-__all__ = ["RelaxedEngine", "make_engine", "make_top3"]
+__all__ = ["RelaxedEngine", "make_engine", "make_lossy"]
 
 
 class RelaxedEngine(LlamaCppEngine):
     capabilities = Capabilities(full_logits=False, deterministic_seed=True, rescoring=True)
 
-    def __init__(self, config: RunConfig, *, top: int = 2) -> None:
+    def __init__(self, config: RunConfig, *, top: int = 2, draft_temp: float | None = None) -> None:
         self.top = top
+        self.draft_temp = draft_temp
         config = config.for_path(speculative=True)
         self.config = config
         self.path = "speculative"
@@ -57,6 +63,7 @@ class RelaxedEngine(LlamaCppEngine):
         t_first = time.perf_counter()
         draft.reset()
         draft.eval(list(prompt_tokens))
+        rng = np.random.default_rng([len(prompt_tokens), *prompt_tokens[-16:]])
         steps: list[DraftStep] = []
         while len(emitted) < max_tokens and not self._is_eog(emitted[-1]):
             past = n_prompt + len(emitted) - 1  # the last emitted token is not evaluated yet
@@ -64,7 +71,7 @@ class RelaxedEngine(LlamaCppEngine):
             draft.eval([emitted[-1]])
             drafts: list[int] = []
             for _ in range(min(self.config.draft_config.draft_max, max_tokens - len(emitted))):
-                drafts.append(int(np.argmax(_last_row(draft))))
+                drafts.append(self._propose(_last_row(draft), rng))
                 draft.eval([drafts[-1]])
             target.n_tokens = past
             target.eval([emitted[-1], *drafts])
@@ -94,19 +101,30 @@ class RelaxedEngine(LlamaCppEngine):
             seed=seed,
         )
 
+    def _propose(self, row: np.ndarray, rng: np.random.Generator) -> int:
+        """The draft's greedy token, or one sampled at ``draft_temp``."""
+        if self.draft_temp is None:
+            return int(np.argmax(row))
+        z = (row - row.max()) / self.draft_temp
+        p = np.exp(z.astype(np.float64))
+        return int(rng.choice(len(p), p=p / p.sum()))
+
     def fingerprint(self) -> dict[str, Any]:
         fp = super().fingerprint()
         fp["logits_all"] = False  # as the baseline's: the rows are not reported
         return fp
 
 
-def make_engine(config: RunConfig, *, speculative: bool, top: int = 2) -> Any:
+def make_engine(
+    config: RunConfig, *, speculative: bool, top: int = 2, draft_temp: float | None = None
+) -> Any:
     """The baseline is plain llama.cpp; the speculative path accepts the target's ``top`` best."""
     if not speculative:
         return LlamaCppEngine(config, speculative=False)
-    return RelaxedEngine(config, top=top)
+    return RelaxedEngine(config, top=top, draft_temp=draft_temp)
 
 
-def make_top3(config: RunConfig, *, speculative: bool) -> Any:
-    """A lossier rule for the tests: it diverges early on any CPU, so a few prompts decide."""
-    return make_engine(config, speculative=speculative, top=3)
+def make_lossy(config: RunConfig, *, speculative: bool) -> Any:
+    """A sampling draft and top-3 acceptance, for the tests: it diverges within a few tokens on
+    any CPU, so a few prompts decide."""
+    return make_engine(config, speculative=speculative, top=3, draft_temp=1.0)

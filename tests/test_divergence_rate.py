@@ -97,8 +97,9 @@ def test_argmax_flips_are_where_the_batched_row_prefers_another_token():
 
 # -- the real engines ---------------------------------------------------------------------------
 
-#: Code prompts the two engines run: a top-3 rule diverges within a few tokens on nearly every
-#: one (p ~ 1e-7 here), the correct pair on about a third, late (the top-2 rule needs more:
+#: Code prompts the two engines run: the lossy rule (a sampling draft, top-3 acceptance) diverges
+#: within a few tokens on nearly every one on any CPU, the correct pair on about a third, late
+#: (the greedy draft's top-2 rule diverges only near ties, how often depends on the machine:
 #: benchmarks/README.md).
 PROMPTS = 16
 
@@ -124,9 +125,9 @@ def _run(config, factory, prompts, path):
 def test_a_relaxed_acceptance_without_rows_is_a_sampler_bug_at_run_level(
     temp0_config, code_prompts, tmp_path
 ):
-    from relaxed_engine import make_top3
+    from relaxed_engine import make_lossy
 
-    results, summary = _run(temp0_config, make_top3, code_prompts, tmp_path / "r.jsonl")
+    results, summary = _run(temp0_config, make_lossy, code_prompts, tmp_path / "r.jsonl")
     assert all(r.drift_placebo is not None for r in results)
     rate = summary.divergence_rate
     assert rate is not None
