@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from equiv.errors import ConfigError, EquivError
-from equiv.records import ResultRecord, ResultsFile
+from equiv.records import Comparison, Divergence, ResultRecord, ResultsFile
 
 __all__ = ["DdminResult", "MinimizeResult", "ddmin", "minimize_file", "minimize_text"]
 
@@ -119,20 +119,22 @@ class MinimizeResult:
     tests: int
     max_tests: int
     exhausted: bool
-    divergence: dict[str, Any] | None
+    divergence: Divergence | None
     out: Path
     command: str
 
     def lines(self) -> list[str]:
         budget = " (budget used up: may shrink further with --max-tests)" if self.exhausted else ""
-        div = self.divergence or {}
+        div = self.divergence
+        position, base, spec = (
+            (div.position, div.baseline_text, div.speculative_text) if div else (None, None, None)
+        )
         return [
             f"{self.key}: {self.original_tokens} -> {self.minimal_tokens} prompt tokens "
             f"({len(self.original)} -> {len(self.minimal)} characters)",
             f"tests: {self.tests} of {self.max_tests} ({2 * self.tests} model calls){budget}",
             f"minimal prompt: {self.minimal!r}",
-            f"diverges at token {div.get('position')}: baseline {div.get('baseline_text')!r} "
-            f"vs speculative {div.get('speculative_text')!r}",
+            f"diverges at token {position}: baseline {base!r} vs speculative {spec!r}",
             f"suite: {self.out}",
             f"reproduce: {self.command}",
         ]
@@ -211,7 +213,7 @@ def minimize_file(
         return replace(prompt, messages=(*prompt.messages[:-1], (prompt.messages[-1][0], text)))
 
     runner = open_runner(config, None, Path(results_path).with_name("minimize.jsonl"))
-    seen: dict[str, Any] = {}
+    seen: dict[str, tuple[int, Comparison]] = {}
     room = max_tokens + config.draft_config.draft_max + 1
 
     def diverges(text: str) -> bool:
@@ -249,7 +251,7 @@ def minimize_file(
         tests=tests + 1,
         max_tests=max_tests,
         exhausted=exhausted,
-        divergence=divergence.to_dict() if divergence else None,
+        divergence=divergence,
         out=path,
         command=_reproduce(config, path, max_tokens),
     )

@@ -16,14 +16,17 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgress
 
+from equiv.records import ResultRecord
+from equiv.run.plan import PlanItem
+
 __all__ = ["Progress"]
 
 
-def _outcome(record: dict[str, Any]) -> str:
-    comparison = record["comparison"]
-    if comparison["identical"]:
+def _outcome(record: ResultRecord) -> str:
+    comparison = record.comparison
+    if comparison.identical:
         return "identical"
-    return f"diverged at token {comparison['common_prefix']}"
+    return f"diverged at token {comparison.common_prefix}"
 
 
 class Progress:
@@ -50,7 +53,7 @@ class Progress:
             self._task = self._bar.add_task("prompts", total=self.total)
         return self
 
-    def update(self, item: Any, record: dict[str, Any], done: int, total: int) -> None:
+    def update(self, item: PlanItem, record: ResultRecord, done: int, total: int) -> None:
         line = f"[{done}/{total}] {item.key}: {_outcome(record)}"
         if self._bar is not None:
             self._bar.update(self._task, total=total, completed=done, description=item.key)

@@ -27,6 +27,7 @@ from equiv.records import (
     Control,
     EventRecord,
     Generation,
+    HeaderRecord,
     ResultRecord,
     ResultsFile,
 )
@@ -53,9 +54,8 @@ __all__ = [
 
 SELF_DRAFT_MIN_ACCEPTANCE = 0.98
 
-#: ``on_result(item, record, done, total)``: each result (as `ResultRecord.to_dict` writes it)
-#: as soon as it is in the file.
-ProgressFn = Callable[[PlanItem, dict[str, Any], int, int], None]
+#: ``on_result(item, record, done, total)``: each result as soon as it is in the file.
+ProgressFn = Callable[[PlanItem, ResultRecord, int, int], None]
 
 
 class Runner:
@@ -148,7 +148,7 @@ class Runner:
         return tokens
 
     # -- running -----------------------------------------------------------------------------
-    def header(self, command: str = "") -> dict[str, Any]:
+    def header(self, command: str = "") -> HeaderRecord:
         fingerprints = {
             "baseline": self.baseline.fingerprint(),
             "speculative": self.speculative.fingerprint(),
@@ -165,22 +165,21 @@ class Runner:
         system_info = next(
             (str(f["system_info"]) for f in fingerprints.values() if f.get("system_info")), ""
         )
-        return {
-            "equiv": __version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": command,
-            "python": sys.version.split()[0],
-            "machine": Machine.here(system_info=system_info).to_dict(),
-            "config": self.config.to_dict(),
-            "fingerprints": fingerprints,
-            "differences": self.differences,
-            "capabilities": {
+        return HeaderRecord(
+            equiv=__version__,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            command=command,
+            python=sys.version.split()[0],
+            machine=Machine.here(system_info=system_info),
+            config=self.config.to_dict(),
+            fingerprints=fingerprints,
+            differences=tuple(self.differences),
+            capabilities={
                 "baseline": self.baseline.capabilities.to_dict(),
                 "speculative": self.speculative.capabilities.to_dict(),
             },
-            **({"servers": servers} if servers else {}),
-            **self.extra_header,
-        }
+            extra={**({"servers": servers} if servers else {}), **self.extra_header},
+        )
 
     def run(
         self,
@@ -207,7 +206,7 @@ class Runner:
             contents,
             items,
             resume=resume,
-            config=header["config"],
+            config=header.config,
             controls=self.controls,
             can_redo=self.evidence.can_redo,
         )
@@ -226,7 +225,7 @@ class Runner:
             self._self_draft_control()  # over every result, whenever results were added
         return records
 
-    def _start_file(self, left: ResumePlan, header: dict[str, Any]) -> None:
+    def _start_file(self, left: ResumePlan, header: HeaderRecord) -> None:
         """A fresh file gets this run's header; a resumed one loses what is redone."""
         if left.fresh:
             self.results.write_header(header)
@@ -254,12 +253,12 @@ class Runner:
         records: list[dict[str, Any]] = []
         for index, (item, record) in enumerate(finished):
             self.results.append_result(record)
-            records.append(written := record.to_dict())
+            records.append(record.to_dict())
             if index == 0 and left.determinism:
                 tokens = prompt_tokens[item.prompt.key]
                 self._determinism_control(item, tokens, record.baseline.tokens)
             if on_result is not None:
-                on_result(item, written, index + 1, len(todo))
+                on_result(item, record, index + 1, len(todo))
         return records
 
     def generate_pair(
