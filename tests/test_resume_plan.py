@@ -83,7 +83,7 @@ def _contents(config: RunConfig, *records: ResultRecord | EventRecord) -> Result
 def _plan(contents: ResultsContents, items: list[PlanItem], **options: object) -> ResumePlan:
     kwargs: dict = {
         "resume": True,
-        "config": _config(items[0].mode).to_dict(),
+        "config": _config(items[0].mode),
         "controls": True,
         "can_redo": lambda mode: True,
         **options,

@@ -134,11 +134,11 @@ def _worker(config: pytest.Config) -> str:
 
 
 _STATE = pytest.StashKey[_State]()
-_CHECKS = pytest.StashKey[list[dict[str, Any]]]()
+_CHECKS = pytest.StashKey[list["Check"]]()
 
 
 def _record(node: pytest.Item, check: Check) -> None:
-    node.stash.setdefault(_CHECKS, []).append(check.to_dict())
+    node.stash.setdefault(_CHECKS, []).append(check)
     node.user_properties.append(("equiv_label", check.label.value))
 
 
@@ -295,25 +295,22 @@ def pytest_runtest_makereport(
     if checks and report.failed and not isinstance(item, EquivItem):
         _explain(report, checks, call.excinfo)
     if checks:  # plain data, so pytest-xdist carries them from a worker to the controller
-        setattr(report, CHECKS_ATTR, list(checks))
+        setattr(report, CHECKS_ATTR, [c.to_dict() for c in checks])
         checks.clear()
     return report
 
 
 def _explain(
     report: pytest.TestReport,
-    checks: Sequence[Mapping[str, Any]],
+    checks: Sequence[Check],
     excinfo: pytest.ExceptionInfo[BaseException] | None,
 ) -> None:
     """A failing test that used ``equiv_check`` shows each check that is not equivalent in full,
     under its own heading, unless the failure message already holds it (``assert ..., check``
     gives pytest the repr, which it cuts at 240 characters)."""
-    from equiv.pytest.session import Check
-
     message = str(excinfo.value) if excinfo is not None else ""
     add = getattr(report.longrepr, "addsection", None)
-    for data in checks:
-        check = Check.from_dict(data)
+    for check in checks:
         shown = all(line.strip() in message for line in check.explanation.splitlines())
         if add is not None and not check.equivalent and not shown:
             add(f"equiv: {check.key}", check.explanation)

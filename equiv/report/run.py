@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from markupsafe import Markup
 
@@ -27,6 +27,15 @@ from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
 from equiv.verdicts.summary import SuiteSummary, summarize
 
 __all__ = ["RunView", "SuiteRow", "load_run"]
+
+
+class IndexEntry(TypedDict):
+    """One card of the report as its script filters them (embedded as JSON)."""
+
+    id: str
+    suite: str
+    label: str
+    same: bool
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class RunView:
     prompts: tuple[PromptView, ...]
     analyses: tuple[AnalysisView, ...]
     charts: tuple[tuple[str, str, Markup], ...]
-    index: tuple[dict[str, Any], ...]
+    index: tuple[IndexEntry, ...]
     suite_names: tuple[str, ...]
     redacted: bool
     note: str
@@ -237,16 +246,11 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         charts=_charts(prompts),
         index=(
             *(
-                {"id": p.anchor, "suite": p.suite, "label": p.label, "same": p.identical}
+                IndexEntry(id=p.anchor, suite=p.suite, label=p.label, same=p.identical)
                 for p in prompts
             ),
             *(
-                {
-                    "id": a.anchor,
-                    "suite": a.suite,
-                    "label": a.label,
-                    "same": a.label == "equivalent",
-                }
+                IndexEntry(id=a.anchor, suite=a.suite, label=a.label, same=a.label == "equivalent")
                 for a in views
             ),
         ),

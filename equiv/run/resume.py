@@ -54,12 +54,12 @@ def plan_resume(
     items: Sequence[PlanItem],
     *,
     resume: bool,
-    config: Mapping[str, Any],
+    config: RunConfig,
     controls: bool,
     can_redo: Callable[[Mode], bool],
 ) -> ResumePlan:
-    """What is left of ``items`` over a file holding ``contents``, for a run of ``config``
-    (`RunConfig.to_dict`). ``can_redo(mode)``: whether a result of that mode whose re-scoring
+    """What is left of ``items`` over a file holding ``contents``, for a run of ``config``.
+    ``can_redo(mode)``: whether a result of that mode whose re-scoring
     failed can be finished now. A `ConfigError` where the file cannot be continued: it holds
     results and ``resume`` is off, or they were run with another configuration or prompt."""
     fresh = contents.replaceable
@@ -92,9 +92,9 @@ def plan_resume(
     )
 
 
-def _check_config(contents: ResultsContents, config: Mapping[str, Any]) -> None:
+def _check_config(contents: ResultsContents, config: RunConfig) -> None:
     old = contents.header.config if contents.header is not None else {}
-    changed = changed_settings(old, config)
+    changed = changed_settings(old, config.to_dict())
     if changed:
         raise ConfigError(
             f"cannot resume {contents.path}: it was run with a different configuration "

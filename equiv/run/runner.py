@@ -206,7 +206,7 @@ class Runner:
             contents,
             items,
             resume=resume,
-            config=header.config,
+            config=self.config,
             controls=self.controls,
             can_redo=self.evidence.can_redo,
         )

@@ -336,7 +336,7 @@ def _temp0_rule(
 
 def _rows_evidence(
     single: npt.NDArray[np.float64], batched: npt.NDArray[np.float64], a: int, b: int
-) -> dict[str, Any]:
+) -> dict[str, list[list[float]]]:
     """The target's top candidates at the divergence, single-token and batched (evidence)."""
 
     def top(row: npt.NDArray[np.float64]) -> list[list[float]]:
