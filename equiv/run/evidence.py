@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +34,12 @@ from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.fidelity import Fidelity, rescore_fidelity
 from equiv.verdicts.pit_tests import batched_vs_placebo
 from equiv.verdicts.samples import Sample
-from equiv.verdicts.token_evidence import chain_evidence, judgement_evidence, top_k_rows
+from equiv.verdicts.token_evidence import (
+    PathEvidence,
+    chain_evidence,
+    judgement_evidence,
+    top_k_rows,
+)
 
 __all__ = ["Evidence", "SampleEvidence"]
 
@@ -48,7 +52,7 @@ class SampleEvidence:
     (``chain_pit``, ``target_pit``, ``acceptance``, ``rescore_error``, ...), the drift between
     the speculative rows and their re-scoring, and the re-scoring's fidelity on the baseline."""
 
-    paths: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    paths: Mapping[str, PathEvidence] = field(default_factory=dict)
     drift: Drift | None = None
     fidelity: Fidelity | None = None
 
@@ -116,7 +120,7 @@ class Evidence:
         and both samples re-scored by the target one token at a time, exactly as the baseline
         evaluates: the speculative one to test, the baseline's as its placebo (the same
         instrument on a sample whose rows are known), with the re-scoring's fidelity there."""
-        paths: dict[str, dict[str, Any]] = {path: {} for path in PATHS}
+        paths: dict[str, PathEvidence] = {path: PathEvidence() for path in PATHS}
         for gen, path in ((base, "baseline"), (spec, "speculative")):
             sampling = self.config.for_path(speculative=path == "speculative").sampling
             rows = gen.logits
@@ -124,7 +128,7 @@ class Evidence:
                 rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
             if rows is not None:
                 pits, sensitivities = chain_evidence(rows, gen.tokens, sampling)
-                paths[path].update(chain_pit=pits, chain_sensitivity=sensitivities)
+                paths[path].update(PathEvidence(chain_pit=pits, chain_sensitivity=sensitivities))
         if spec.logits is not None and self.speculative.capabilities.judgements:
             sampling = self.config.for_path(speculative=True).sampling
             paths["speculative"].update(
@@ -134,7 +138,7 @@ class Evidence:
         if rescorer(self.baseline) is not None:
             for gen, path in ((spec, "speculative"), (base, "baseline")):
                 if not gen.tokens:  # nothing to score: an empty sample keeps the placebo whole
-                    paths[path].update(target_pit=[], target_sensitivity=[])
+                    paths[path].update(PathEvidence(target_pit=[], target_sensitivity=[]))
                     continue
                 try:
                     target = self.rescore(prompt, gen.tokens, False)
@@ -142,7 +146,7 @@ class Evidence:
                     paths[path]["rescore_error"] = str(exc).splitlines()[0]
                     break
                 pits, sensitivities = chain_evidence(target, gen.tokens, self.config.sampling)
-                paths[path].update(target_pit=pits, target_sensitivity=sensitivities)
+                paths[path].update(PathEvidence(target_pit=pits, target_sensitivity=sensitivities))
                 if path == "speculative" and gen.logits is not None:
                     drift = drift_metrics(gen.logits, target)
                 if path == "baseline":

@@ -15,7 +15,7 @@ Pure functions of rows and tokens; no model is called here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -26,12 +26,28 @@ from equiv.records import Judgement
 from equiv.verdicts.chain import chain_distribution, pit_position
 
 __all__ = [
+    "PathEvidence",
     "chain_evidence",
     "chain_pit",
     "chain_sensitivity",
     "judgement_evidence",
     "top_k_rows",
 ]
+
+
+class PathEvidence(TypedDict, total=False):
+    """What a sampled result holds per path beside its generation (the keys of the record's
+    JSON, in the order the evidence stage adds them): the chain's PIT and sensitivity of each
+    token under the rows the path used, a rejection sampler's judgements, the same under the
+    target's single-token re-scoring, or why that re-scoring failed."""
+
+    chain_pit: list[list[float]]
+    chain_sensitivity: list[float]
+    acceptance: list[list[float]]
+    residual_pit: list[list[float]]
+    target_pit: list[list[float]]
+    target_sensitivity: list[float]
+    rescore_error: str
 
 
 def _pit(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
@@ -127,7 +143,7 @@ def judgement_evidence(
     tokens: Sequence[int],
     judgements: Sequence[Judgement],
     sampling: SamplingConfig,
-) -> dict[str, list[list[float]]]:
+) -> PathEvidence:
     """Each stage of a rejection sampler, from the rows it used (``Capabilities.judgements``).
 
     With p the target's and q the draft's distribution under the configured chain:
@@ -156,4 +172,4 @@ def judgement_evidence(
             r = np.maximum(pp - qq, 0.0)
             r = r / r.sum() if r.sum() > 0 else pp
             residual.append(_pit(ids, r, int(tokens[j.pos])))
-    return {"acceptance": acceptance, "residual_pit": residual}
+    return PathEvidence(acceptance=acceptance, residual_pit=residual)

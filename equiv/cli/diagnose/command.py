@@ -26,8 +26,11 @@ def _int(text: str) -> int:
     return int(text, 0) if text.lower().startswith("0x") else int(text)
 
 
+#: A setting's value as parsed from its flag.
+Setting = str | int | float | bool
+
 # flag spellings -> (setting, converter); a converter of None marks a switch without a value.
-_FLAGS: tuple[tuple[tuple[str, ...], str, Callable[[str], Any] | None], ...] = (
+_FLAGS: tuple[tuple[tuple[str, ...], str, Callable[[str], Setting] | None], ...] = (
     (("-m", "--model"), "model", str),
     (("-md", "--model-draft", "--spec-draft-model"), "model_draft", str),
     (
@@ -63,7 +66,7 @@ class LlamaCommand:
     """A parsed llama-cli / llama-server / llama-speculative command line."""
 
     program: str
-    settings: Mapping[str, Any]
+    settings: Mapping[str, Setting]
     spellings: Mapping[str, str]  # setting -> the flag the user wrote
     ignored: tuple[str, ...] = ()
     program_path: str = ""  # the program as written (a path, or a name on PATH)
@@ -94,7 +97,7 @@ def parse_command(argv: Sequence[str] | str) -> LlamaCommand:
     if not words[0].startswith("-"):
         program_path, words = words[0], words[1:]
         program = Path(program_path).name
-    settings: dict[str, Any] = {}
+    settings: dict[str, Setting] = {}
     spellings: dict[str, str] = {}
     ignored: list[str] = []
     i = 0
