@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from equiv.records import ResultRecord
 from equiv.verdicts.graders import Outcome
 from equiv.verdicts.pass_rates import (
     QualityAnswer,
@@ -263,14 +264,25 @@ def test_diagnose_ends_with_the_quality_answer() -> None:
     from equiv.cli.diagnose.verdict import verdict_lines
     from equiv.verdicts.summary import summarize
 
-    graded = summarize([_record(f"code/p{i}", "pass", "fail", "sampler-bug") for i in range(6)])
+    graded = summarize(
+        [
+            ResultRecord.from_dict(_record(f"code/p{i}", "pass", "fail", "sampler-bug"))
+            for i in range(6)
+        ]
+    )
     lines = verdict_lines(graded, None, draft_max=4, user_temp=0.0, analyses=[])
     assert lines[-1].startswith("did quality drop? yes, by 100.0 points")
     assert lines[-2].startswith("quality: 6/6 baseline vs 0/6 speculative pass")
     ungraded = [
         {k: v for k, v in _record("code/a", "pass", "pass", "equivalent").items() if k != "grades"}
     ]
-    lines = verdict_lines(summarize(ungraded), None, draft_max=4, user_temp=0.0, analyses=[])
+    lines = verdict_lines(
+        summarize(map(ResultRecord.from_dict, ungraded)),
+        None,
+        draft_max=4,
+        user_temp=0.0,
+        analyses=[],
+    )
     assert lines[-1].startswith("did quality drop? not measured")
 
 
@@ -281,12 +293,12 @@ def test_with_both_modes_graded_each_answers_at_half_the_level() -> None:
     from equiv.verdicts.summary import summarize
 
     temp0 = [_record(f"code/p{i}", "pass", "pass", "equivalent") for i in range(4)]
-    (alone,) = summarize(temp0).quality
+    (alone,) = summarize(map(ResultRecord.from_dict, temp0)).quality
     assert alone.total.difference.alpha == QUALITY_ALPHA
     sampled = [
         {**r, "key": f"{r['suite']}/{r['prompt_id']}::seed1", "mode": "sampling", "seed": 1}
         for r in temp0
     ]
-    both = summarize([*temp0, *sampled]).quality
+    both = summarize(map(ResultRecord.from_dict, [*temp0, *sampled])).quality
     assert [q.temp0 for q in both] == [True, False]
     assert all(q.total.difference.alpha == QUALITY_ALPHA / 2 for q in both)

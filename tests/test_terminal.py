@@ -3,7 +3,7 @@
 
 from rich.console import Console
 
-from equiv.records import ResultsFile
+from equiv.records import ResultRecord, ResultsFile
 from equiv.records.verdict import Label
 from equiv.report.terminal import print_summary
 from equiv.verdicts.summary import summarize, summarize_file
@@ -25,7 +25,7 @@ def _every_label_summary():
         record["verdict"] = {"label": label.value, "reason": "x", "evidence": {}}
     records[0]["suite"] = "a-suite-with-a-rather-long-name.jsonl"
     records[1]["suite"] = "[bold red]boom[/]"
-    return summarize(records)
+    return summarize([ResultRecord.from_dict(r) for r in records])
 
 
 def test_every_line_fits_80_columns_with_whole_words():

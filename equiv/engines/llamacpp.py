@@ -470,7 +470,7 @@ class LlamaCppEngine:
                 llm.close()
 
 
-def _chain_settings(sampling: SamplingConfig) -> dict[str, Any]:
+def _chain_settings(sampling: SamplingConfig) -> dict[str, float]:
     """llama-cpp-python's sampler-chain arguments for ``sampling`` (generate, the replay loop)."""
     return {
         "temp": sampling.temp,

@@ -7,7 +7,7 @@ tokens and seconds); the rates (acceptance, tokens/s, speed-up) are taken from t
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,23 +201,18 @@ class Summary:
 
 
 def summarize(
-    records: Iterable[ResultRecord | Mapping[str, Any]],
-    events: Iterable[EventRecord | Mapping[str, Any]] = (),
-    analyses: Iterable[AnalysisRecord | Mapping[str, Any]] = (),
+    records: Iterable[ResultRecord],
+    events: Iterable[EventRecord] = (),
+    analyses: Iterable[AnalysisRecord] = (),
     *,
     differences: Iterable[str] = (),
     quality_margin: float = DEFAULT_MARGIN_POINTS,
 ) -> Summary:
-    """The figures of typed records (plain dicts, as a plugin worker ships them, are read as
-    records first: a malformed one raises `equiv.records.FieldError`)."""
-    summary = Summary(
-        events=[e if isinstance(e, EventRecord) else EventRecord.from_dict(e) for e in events],
-        differences=list(differences),
-    )
-    results = [r if isinstance(r, ResultRecord) else ResultRecord.from_dict(r) for r in records]
-    analysed = [
-        a if isinstance(a, AnalysisRecord) else AnalysisRecord.from_dict(a) for a in analyses
-    ]
+    """The figures of typed records (a plugin worker's plain data is read as records by
+    `equiv.pytest.session.Check.from_dict`)."""
+    summary = Summary(events=list(events), differences=list(differences))
+    results = list(records)
+    analysed = list(analyses)
     graded = samples_from_records(results)
     by_mode = [
         (True, [s for s in graded if s.seed is None]),
