@@ -142,7 +142,7 @@ def test_browser_charts_have_axis_names_and_settings_read_plainly(tmp_path: Path
 def test_browser_top_k_shows_the_text_of_a_token_no_path_emitted(tmp_path: Path) -> None:
     """A divergence whose top-k holds a candidate neither path emitted: its text, recorded by
     the engine, is shown (escaped), not a dash."""
-    from equiv.records import ResultsFile
+    from equiv.records import SCHEMA_VERSION, HeaderRecord, ResultRecord, ResultsFile
 
     lines = [json.loads(x) for x in TEMP0.read_text(encoding="utf-8").splitlines()]
     header = next(r for r in lines if r["kind"] == "header")
@@ -153,8 +153,8 @@ def test_browser_top_k_shows_the_text_of_a_token_no_path_emitted(tmp_path: Path)
     div["top_texts"] = [[unseen, "<b>never emitted</b>"]]
     path = tmp_path / "one" / "results.jsonl"
     results = ResultsFile(path)
-    results.write_header({k: v for k, v in header.items() if k not in ("kind", "schema")})
-    results.append_result(record)
+    results.write_header(HeaderRecord.from_dict({**header, "schema": SCHEMA_VERSION}))
+    results.append_result(ResultRecord.from_dict(record))
     report = write_report(path, tmp_path / "one.html")
     dom, console = _chromium(tmp_path, report.as_uri(), "--dump-dom")
     assert console == []

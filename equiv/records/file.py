@@ -421,12 +421,9 @@ class ResultsFile:
             "Fix the cause and rerun with --resume"
         )
 
-    def write_header(self, header: HeaderRecord | Mapping[str, Any]) -> HeaderRecord:
+    def write_header(self, header: HeaderRecord) -> HeaderRecord:
         """Start the file with ``header``. Replaces a file that holds a header and nothing
         else (a run that stopped before its first result: nothing is lost)."""
-        if isinstance(header, Mapping):
-            data = {k: v for k, v in header.items() if k not in ("kind", "schema")}
-            header = HeaderRecord.from_dict({"schema": SCHEMA_VERSION, **data})
         if self.path.exists():
             if not self.read().replaceable:
                 raise ResultsError(f"{self.path} already holds results; it is not replaced")
@@ -435,22 +432,16 @@ class ResultsFile:
         self.append(header)
         return header
 
-    def append_result(self, record: ResultRecord | Mapping[str, Any]) -> ResultRecord:
-        if not isinstance(record, ResultRecord):
-            record = ResultRecord.from_dict({k: v for k, v in record.items() if k != "kind"})
+    def append_result(self, record: ResultRecord) -> ResultRecord:
         self.append(record)
         return record
 
-    def append_analysis(self, record: AnalysisRecord | Mapping[str, Any]) -> AnalysisRecord:
+    def append_analysis(self, record: AnalysisRecord) -> AnalysisRecord:
         """A prompt's distribution tests over all its seeds (sampling mode)."""
-        if not isinstance(record, AnalysisRecord):
-            record = AnalysisRecord.from_dict({k: v for k, v in record.items() if k != "kind"})
         self.append(record)
         return record
 
-    def append_event(self, record: EventRecord | Mapping[str, Any]) -> EventRecord:
+    def append_event(self, record: EventRecord) -> EventRecord:
         """Run-level facts found while running (controls, warnings)."""
-        if not isinstance(record, EventRecord):
-            record = EventRecord.from_dict({k: v for k, v in record.items() if k != "kind"})
         self.append(record)
         return record
