@@ -216,14 +216,14 @@ class Runner:
         # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.
         n_prompts = family_size or len({item.prompt.key for item in items})
         self._prompt_alpha = self.config.alpha / max(n_prompts, 1)
-        records = self._run_todo(left, prompt_tokens, on_result)
-        if left.determinism and not records:
+        results = self._run_todo(left, prompt_tokens, on_result)
+        if left.determinism and not results:
             self._late_determinism_control(items)
-        if self.config.mode is Mode.SAMPLING:
-            records.extend(self._analyze(items))
-        if (self.controls and records) or left.self_draft:
+        analyses = self._analyze(items) if self.config.mode is Mode.SAMPLING else []
+        added = [*(r.to_dict() for r in results), *(a.to_dict() for a in analyses)]
+        if (self.controls and added) or left.self_draft:
             self._self_draft_control()  # over every result, whenever results were added
-        return records
+        return added
 
     def _start_file(self, left: ResumePlan, header: HeaderRecord) -> None:
         """A fresh file gets this run's header; a resumed one loses what is redone."""
@@ -236,7 +236,7 @@ class Runner:
 
     def _run_todo(
         self, left: ResumePlan, prompt_tokens: dict[str, list[int]], on_result: ProgressFn | None
-    ) -> list[dict[str, Any]]:
+    ) -> list[ResultRecord]:
         """Each record is appended as soon as its prompt finishes (in completion order when
         several are in flight), so a crash or Ctrl-C loses no finished result. The first prompt
         and the determinism control run alone: a server's answer depends on what shares its
@@ -250,10 +250,10 @@ class Runner:
         finished = itertools.chain(
             completed(run_item, todo[:alone], 1), completed(run_item, todo[alone:], self.in_flight)
         )
-        records: list[dict[str, Any]] = []
+        records: list[ResultRecord] = []
         for index, (item, record) in enumerate(finished):
             self.results.append_result(record)
-            records.append(record.to_dict())
+            records.append(record)
             if index == 0 and left.determinism:
                 tokens = prompt_tokens[item.prompt.key]
                 self._determinism_control(item, tokens, record.baseline.tokens)
@@ -319,7 +319,7 @@ class Runner:
         # As the file holds it: the rows each path used dropped, its figures rounded.
         return ResultRecord.from_dict(record.to_dict())
 
-    def _analyze(self, items: Sequence[PlanItem]) -> list[dict[str, Any]]:
+    def _analyze(self, items: Sequence[PlanItem]) -> list[AnalysisRecord]:
         """One analysis record per prompt whose seeds are all done and not yet analysed."""
         contents = self.results.read()
         done = {r.key: r for r in contents.results}
@@ -355,7 +355,7 @@ class Runner:
             )
             record = AnalysisRecord.from_dict(record.to_dict())  # as the file holds it
             self.results.append_analysis(record)
-            out.append(record.to_dict())
+            out.append(record)
         return out
 
     def _determinism_control(self, item: PlanItem, tokens: list[int], first: Sequence[int]) -> None:
