@@ -8,6 +8,10 @@ HTTP alone.
 - ``greedy`` (temp > 0, a greedy-ish verifier): at each position whose row the server reported
   (llama-server sends none for the tokens of a speculative step), with probability ``rate`` the
   sampled token is replaced by the row's top token, and the server continues from there.
+- ``wrong_temp`` (temp > 0, a sampler at the wrong temperature): at each position whose row the
+  server reported, the token is drawn again from that row's candidates at ``temp`` instead of the
+  request's temperature (as a verifier that applies the temperature twice, or not at all, would);
+  where the draw differs from the server's token, the server continues from there.
 
 Every other request (``/props``, ``/tokenize``, scoring requests with ``n_predict: 1``) passes
 through unchanged. The proxy rebuilds ``tokens``, ``completion_probabilities`` and ``content`` so
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +33,8 @@ __all__ = ["FaultProxy"]
 
 
 class FaultProxy:
-    """``FaultProxy(upstream, fault="swap" | "greedy" | None)``; ``url`` once started."""
+    """``FaultProxy(upstream, fault="swap" | "greedy" | "wrong_temp" | None)``; ``url`` once
+    started."""
 
     def __init__(
         self,
@@ -37,14 +43,16 @@ class FaultProxy:
         fault: str | None,
         rate: float = 0.5,
         min_gap: float = 2.0,
+        temp: float = 0.4,
     ) -> None:
-        if fault not in (None, "swap", "greedy"):
-            raise ValueError(f"fault {fault!r} is not one of None, 'swap', 'greedy'")
+        if fault not in (None, "swap", "greedy", "wrong_temp"):
+            raise ValueError(f"fault {fault!r} is not one of None, 'swap', 'greedy', 'wrong_temp'")
         parts = urlsplit(upstream)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.fault = fault
         self.rate = rate
         self.min_gap = min_gap
+        self.temp = temp
         self.faults = 0  # tokens replaced so far
         self._lock = threading.Lock()
         proxy = self
@@ -126,6 +134,9 @@ class FaultProxy:
                     replacement = runner_up
                 elif self.fault == "greedy" and token != top[0] and rng.random() < self.rate:
                     replacement = top
+                elif self.fault == "wrong_temp":
+                    drawn = _draw(candidates, self.temp, rng)
+                    replacement = drawn if drawn[0] != token else None
             if replacement is not None:
                 answer = self._continue(request, answer, i, replacement)
                 with self._lock:
@@ -173,6 +184,15 @@ def _candidates(entry: dict[str, Any]) -> list[tuple[int, float]]:
     if len(pairs) < 2 or sum(2.718281828459045**lp for _, lp in pairs) > 1.001:
         return []
     return sorted(pairs, key=lambda p: -p[1])
+
+
+def _draw(
+    candidates: list[tuple[int, float]], temp: float, rng: random.Random
+) -> tuple[int, float]:
+    """One candidate drawn with weights ``exp(logprob / temp)``."""
+    best = candidates[0][1]
+    weights = [math.exp((lp - best) / temp) for _, lp in candidates]
+    return rng.choices(candidates, weights=weights)[0]
 
 
 def _text(entry: dict[str, Any]) -> str:

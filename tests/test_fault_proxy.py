@@ -4,7 +4,8 @@ llama-server ``sampler-bug``, and the unmodified pair not.
 The proxy (tests/fault_proxy.py) sits in front of the real speculative llama-server. At temp 0
 it swaps one token for its row's runner-up (a relaxed acceptance) and lets the server continue;
 at temp > 0 it replaces sampled tokens by the row's top token with probability 0.5 where the
-server reported the row (a greedy-ish verifier).
+server reported the row (a greedy-ish verifier), or draws them again at half the temperature (a
+sampler at the wrong temperature).
 """
 
 from __future__ import annotations
@@ -79,9 +80,10 @@ def test_a_relaxed_acceptance_at_temp0_is_a_sampler_bug_over_http(model_pair, se
         assert ev["gap_single"] > ev["drift_bound"]["bound"]
 
 
-def test_a_greedy_ish_verifier_is_a_sampler_bug_over_http(model_pair, servers, tmp_path):
-    # 48 seeds x 48 tokens: 24 were too few once sampler-bug needs the comparison with the
-    # placebo (the difference of two paths' residuals has twice the variance of one).
+def _sampling_labels(model_pair, servers, tmp_path, fault: str, **kwargs: float):
+    # 48 seeds x 48 tokens: 24 were too few for the greedy-ish verifier once sampler-bug needs
+    # the comparison with the placebo (the difference of two paths' residuals has twice the
+    # variance of one).
     seeds = tuple(range(1, 49))
     config = RunConfig(
         target=model_pair.target,
@@ -91,14 +93,26 @@ def test_a_greedy_ish_verifier_is_a_sampler_bug_over_http(model_pair, servers, t
         sampling=SamplingConfig(temp=0.8),
         seeds=seeds,
     )
-    with FaultProxy(servers[1], fault="greedy", rate=0.5) as proxy:
+    with FaultProxy(servers[1], fault=fault, **kwargs) as proxy:
         results = _run(config, servers[0], proxy.url, tmp_path / "r.jsonl", SAMPLING_PROMPTS)
         assert proxy.faults > 0
     analyses = [a.to_dict() for a in results.analyses()]
     assert len(analyses) == len(SAMPLING_PROMPTS)
-    labels = [verdict_of(a).label for a in analyses]
     for analysis in analyses:
-        print(analysis["key"], verdict_of(analysis).reason)
+        print(fault, analysis["key"], verdict_of(analysis).reason)
+    return [verdict_of(a).label for a in analyses]
+
+
+def test_a_greedy_ish_verifier_is_a_sampler_bug_over_http(model_pair, servers, tmp_path):
+    labels = _sampling_labels(model_pair, servers, tmp_path, "greedy", rate=0.5)
+    assert Label.SAMPLER_BUG in labels, labels
+
+
+def test_a_sampler_at_the_wrong_temperature_is_a_sampler_bug_over_http(
+    model_pair, servers, tmp_path
+):
+    # the server samples at 0.8; where it reported the row, the proxy draws again at 0.4
+    labels = _sampling_labels(model_pair, servers, tmp_path, "wrong_temp", temp=0.4)
     assert Label.SAMPLER_BUG in labels, labels
 
 
