@@ -13,6 +13,7 @@ before) and reads one back (``from_dict``, tolerant of analyses written before a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,18 +57,7 @@ class ScoredTest:
 
     @classmethod
     def of(cls, result: TestResult, p_adjusted: float) -> ScoredTest:
-        return cls(
-            name=result.name,
-            statistic=result.statistic,
-            p_value=result.p_value,
-            p_adjusted=p_adjusted,
-            n=result.n,
-            detail=result.detail,
-            alpha=result.alpha,
-            df=result.df,
-            power=result.power,
-            effect=result.effect,
-        )
+        return cls(**dataclasses.asdict(result), p_adjusted=p_adjusted)
 
     @property
     def kind(self) -> str:
@@ -80,18 +70,9 @@ class ScoredTest:
         return self.detail.split(";")[0]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "statistic": self.statistic,
-            "p_value": self.p_value,
-            "alpha": self.alpha,
-            "n": self.n,
-            "df": self.df,
-            "power": self.power,
-            "effect": self.effect,
-            "detail": self.detail,
-            "p_adjusted": self.p_adjusted,
-        }
+        """As the file holds it: a `TestResult`'s fields in its order, then ``p_adjusted``."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(TestResult)}
+        return {**data, "p_adjusted": self.p_adjusted}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScoredTest:
