@@ -172,6 +172,20 @@ def test_ks_and_mann_whitney() -> None:
     assert shifted.power is None
 
 
+def test_ks_falls_back_to_the_asymptotic_p_where_the_exact_one_fails() -> None:
+    # 48 lengths each, all equal but one: scipy's exact p rounds to just above 1 and warns
+    # (a real run at 48 seeds hit this); the test answers instead of raising
+    a = np.full(48, 48.0)
+    b = a.copy()
+    b[0] = 30.0
+    res = ks_two_sample(a, b, alpha=0.01)
+    assert res.effect == pytest.approx(1 / 48)
+    assert res.p_value > 0.99
+    assert not res.rejects
+    assert "asymptotic p" in res.detail
+    assert "asymptotic" not in ks_two_sample(a, a + 1.0, alpha=0.01).detail
+
+
 def test_effect_sizes_on_separated_samples() -> None:
     ks = ks_two_sample([1, 2, 3], [10, 11], alpha=0.05)
     assert ks.effect == 1.0
