@@ -252,6 +252,10 @@ class RunConfig:
     top_k_record: int = 8
     engine: str = "llamacpp"
     alpha: float = 0.01
+    # Sampling mode: looks at each prompt's seeds as they accumulate (1: one fixed-size test of
+    # every seed; more: `seeds` is a budget, and a prompt stops at the first conclusive look;
+    # `equiv.verdicts.stats.sequential` spends alpha over the looks).
+    looks: int = 1
     # Equivalence margin of the quality test, in percentage points of pass rate (graded prompts).
     quality_margin: float = 3.0
     # Settings of the speculative path that differ from the baseline's, to reproduce a user's
@@ -287,6 +291,10 @@ class RunConfig:
             raise ConfigError("sampling mode needs temp > 0; pass --temp 0.8 or use --mode temp0")
         if not 0 < self.alpha < 0.5:
             raise ConfigError(f"alpha={self.alpha} must lie in (0, 0.5); 0.01 is the default")
+        if self.looks < 1:
+            raise ConfigError(
+                f"looks={self.looks} must be >= 1 (1: one test of every seed; 4: stop early)"
+            )
         validate_quality_margin(self.quality_margin)
         for key, _ in self.spec_overrides:
             if key not in _OVERRIDABLE:

@@ -128,6 +128,7 @@ def build_config(
         flash_attn=bool(v["flash_attn"]),
         engine=v["engine"],
         alpha=v["alpha"],
+        looks=v["looks"],
         quality_margin=v["quality_margin"],
         engine_options=engine_options(v, v["engine"], workdir=workdir),
         spec_overrides=spec_overrides(v["spec"]),

@@ -75,6 +75,15 @@ def _seeds(text: str) -> int:
     return value
 
 
+def _looks(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"--looks {value}: give a count >= 1 (1: one test of every seed; 4: stop early)"
+        )
+    return value
+
+
 def _concurrency(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -202,6 +211,15 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("repeat-penalty", "repeat penalty (1 = none)", type=float, default=1.0, metavar="R"),
     Option(
         "seeds", "number of seeds per prompt in sampling mode", type=_seeds, default=32, metavar="N"
+    ),
+    Option(
+        "looks",
+        "sampling mode: judge each prompt this many times as its seeds accumulate and stop it "
+        "at the first conclusive look (--seeds is then a budget; alpha is spent over the "
+        "looks); 1 judges every seed once",
+        type=_looks,
+        default=1,
+        metavar="K",
     ),
     Option(
         "seed-start",
@@ -355,6 +373,7 @@ def on_off(text: str) -> bool:
 _KINDS: dict[Callable[[str], Any], str] = {
     int: "integer",
     _seeds: "integer",
+    _looks: "integer",
     _concurrency: "integer",
     float: "number",
     _rate: "number",

@@ -32,6 +32,7 @@ from equiv.records import (
     ResultsFile,
 )
 from equiv.records.machine import Machine
+from equiv.records.verdict import Label
 from equiv.run.evidence import Evidence, SampleEvidence
 from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
@@ -43,6 +44,7 @@ from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.prompt_analysis import analyze
 from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
+from equiv.verdicts.stats.sequential import Look, Stopping, schedule
 from equiv.verdicts.summary import summarize
 
 __all__ = [
@@ -216,10 +218,16 @@ class Runner:
         # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.
         n_prompts = family_size or len({item.prompt.key for item in items})
         self._prompt_alpha = self.config.alpha / max(n_prompts, 1)
-        results = self._run_todo(left, prompt_tokens, on_result)
+        sampling = self.config.mode is Mode.SAMPLING
+        analyses: list[AnalysisRecord] = []
+        if sampling and self.config.looks > 1:
+            results, analyses = self._run_in_looks(items, left, prompt_tokens, on_result)
+        else:
+            results = self._run_todo(left, prompt_tokens, on_result)
         if left.determinism and not results:
             self._late_determinism_control(items)
-        analyses = self._analyze(items) if self.config.mode is Mode.SAMPLING else []
+        if sampling and self.config.looks == 1:
+            analyses = self._analyze(items)
         added = [*(r.to_dict() for r in results), *(a.to_dict() for a in analyses)]
         if (self.controls and added) or left.self_draft:
             self._self_draft_control()  # over every result, whenever results were added
@@ -319,44 +327,102 @@ class Runner:
         # As the file holds it: the rows each path used dropped, its figures rounded.
         return ResultRecord.from_dict(record.to_dict())
 
+    def _run_in_looks(
+        self,
+        items: Sequence[PlanItem],
+        left: ResumePlan,
+        prompt_tokens: dict[str, list[int]],
+        on_result: ProgressFn | None,
+    ) -> tuple[list[ResultRecord], list[AnalysisRecord]]:
+        """Sampling with ``looks`` > 1: the seeds in rounds (`sequential.schedule`); after each
+        round every prompt still running is judged on the seeds it has, and stops at its first
+        conclusive look (the last look judges it whatever it says). Every decision is a pure
+        function of the file's results, so a resumed run decides as the interrupted one did."""
+        by_prompt: dict[str, list[PlanItem]] = {}
+        for item in items:
+            by_prompt.setdefault(item.prompt.key, []).append(item)
+        analysed = {a.key for a in self.results.read().analyses}
+        running = [key for key in by_prompt if f"{key}::sampling" not in analysed]
+        todo = {item.key for item in left.todo}
+        results: list[ResultRecord] = []
+        analyses: list[AnalysisRecord] = []
+        looks = schedule(len(self.config.seeds), self.config.looks)
+        for look in looks:
+            batch = [i for key in running for i in by_prompt[key][: look.seeds] if i.key in todo]
+            if batch:
+                first = left.determinism and not results
+                step = dataclasses.replace(left, todo=tuple(batch), determinism=first)
+                results += self._run_todo(step, prompt_tokens, on_result)
+                todo -= {i.key for i in batch}
+            for key in list(running):
+                record = self._analyze_prompt(by_prompt[key][: look.seeds], look)
+                if record is not None:
+                    analyses.append(record)
+                    running.remove(key)
+        return results, analyses
+
     def _analyze(self, items: Sequence[PlanItem]) -> list[AnalysisRecord]:
         """One analysis record per prompt whose seeds are all done and not yet analysed."""
-        contents = self.results.read()
-        done = {r.key: r for r in contents.results}
-        analysed = {a.key for a in contents.analyses}
-        has_logits = self.baseline.capabilities.full_logits and (
-            self.speculative.capabilities.full_logits
-        )
+        analysed = {a.key for a in self.results.read().analyses}
         out = []
         by_prompt: dict[str, list[PlanItem]] = {}
         for item in items:
             by_prompt.setdefault(item.prompt.key, []).append(item)
         for key, group in by_prompt.items():
-            samples = [Sample.of(done[i.key]) for i in group if i.key in done]
-            akey = f"{key}::sampling"
-            if akey in analysed or len(samples) < len(group):
-                continue
-            analysis = analyze(samples, alpha=self._prompt_alpha, has_logits=has_logits)
-            if not has_logits and needs_batched_evidence(analysis):
-                # The prompt's tokens only where they are used: the follow-up re-scores.
-                prompt = self.tokenize(group[:1])[key] if self.evidence.can_rescore else []
-                batched = self.evidence.batched(prompt, samples, alpha=self._prompt_alpha)
-                analysis = dataclasses.replace(analysis, batched=batched)
-            verdict = classify_sampling(
-                analysis, differences=self.differences, has_logits=has_logits
-            )
-            record = AnalysisRecord(
-                key=akey,
-                suite=group[0].prompt.suite,
-                prompt_id=group[0].prompt.id,
-                tests=tuple(t.to_dict() for t in analysis.tests),
-                verdict=verdict,
-                figures=analysis.figures(),
-            )
-            record = AnalysisRecord.from_dict(record.to_dict())  # as the file holds it
-            self.results.append_analysis(record)
-            out.append(record)
+            if f"{key}::sampling" not in analysed:
+                record = self._analyze_prompt(group)
+                if record is not None:
+                    out.append(record)
         return out
+
+    def _analyze_prompt(
+        self, group: Sequence[PlanItem], look: Look | None = None
+    ) -> AnalysisRecord | None:
+        """The analysis of one prompt over the seeds of ``group``, appended to the file; None
+        where a seed is missing, or where ``look`` is not the last and the verdict is not
+        conclusive (the prompt then runs on)."""
+        key = group[0].prompt.key
+        done = {r.key: r for r in self.results.read().results}
+        samples = [Sample.of(done[i.key]) for i in group if i.key in done]
+        if len(samples) < len(group):
+            return None
+        has_logits = self.baseline.capabilities.full_logits and (
+            self.speculative.capabilities.full_logits
+        )
+        alpha = self._prompt_alpha * (look.share if look is not None else 1.0)
+        analysis = analyze(samples, alpha=alpha, has_logits=has_logits)
+        if not has_logits and needs_batched_evidence(analysis):
+            # The prompt's tokens only where they are used: the follow-up re-scores.
+            prompt = self.tokenize(group[:1])[key] if self.evidence.can_rescore else []
+            batched = self.evidence.batched(prompt, samples, alpha=alpha)
+            analysis = dataclasses.replace(analysis, batched=batched)
+        verdict = classify_sampling(analysis, differences=self.differences, has_logits=has_logits)
+        figures = analysis.figures()
+        if look is not None:
+            conclusive = verdict.label is not Label.INCONCLUSIVE
+            if not conclusive and not look.last:
+                return None
+            stopping = Stopping(
+                look=look.index,
+                looks=look.of,
+                seeds=look.seeds,
+                budget=len(self.config.seeds),
+                alpha=alpha,
+                conclusive=conclusive,
+            )
+            figures = {**figures, "stopping": stopping.to_dict()}
+            verdict = dataclasses.replace(verdict, reason=f"{verdict.reason} ({stopping.reason})")
+        record = AnalysisRecord(
+            key=f"{key}::sampling",
+            suite=group[0].prompt.suite,
+            prompt_id=group[0].prompt.id,
+            tests=tuple(t.to_dict() for t in analysis.tests),
+            verdict=verdict,
+            figures=figures,
+        )
+        record = AnalysisRecord.from_dict(record.to_dict())  # as the file holds it
+        self.results.append_analysis(record)
+        return record
 
     def _determinism_control(self, item: PlanItem, tokens: list[int], first: Sequence[int]) -> None:
         """The baseline run twice must give the same tokens, or no comparison means anything.

@@ -1,0 +1,107 @@
+"""Looks at a prompt's seeds as they accumulate: a group-sequential design with alpha spending.
+
+With ``looks`` > 1 the seed budget is spent in rounds. After each round every prompt still
+running is judged on the seeds it has; a conclusive verdict stops it, and the last look judges
+what is left. Each look ``k`` tests at its own share ``alpha_k`` of the prompt's level with
+``sum(alpha_k) = alpha``, so by the union bound the chance that *any* look rejects a true null
+is at most ``alpha``, whatever the looks saw and whenever a prompt stopped (Bonferroni over
+looks: valid under optional stopping without assuming how the looks' statistics correlate).
+Half the level is kept for the last look, so a prompt that runs to the end loses little power
+against a fixed-size test; the other half is split equally among the earlier looks.
+
+The rounds double: with a budget of 600 seeds and 4 looks, the looks come at 75, 150, 300 and
+600 seeds. A look never has fewer than `MIN_SEEDS` seeds (a smaller budget has fewer looks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from equiv.errors import ConfigError
+
+__all__ = ["MIN_SEEDS", "Look", "Stopping", "schedule"]
+
+#: The fewest seeds a look judges: below this no test of ours has useful power.
+MIN_SEEDS = 8
+
+
+@dataclass(frozen=True)
+class Look:
+    """The ``index``-th of ``of`` looks (1-based): it judges the first ``seeds`` seeds of a
+    prompt at ``share`` of the prompt's level."""
+
+    index: int
+    of: int
+    seeds: int
+    share: float
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.of
+
+
+def schedule(budget: int, looks: int) -> tuple[Look, ...]:
+    """The looks of a prompt given ``budget`` seeds at most and ``looks`` looks at most."""
+    if budget < 1:
+        raise ConfigError(f"seeds={budget} must be >= 1")
+    if looks < 1:
+        raise ConfigError(f"looks={looks} must be >= 1 (1: a fixed-size test of every seed)")
+    sizes: list[int] = []
+    for k in range(looks, 0, -1):  # from the last look back, halving
+        n = -(-budget // 2 ** (k - 1))
+        if (n >= MIN_SEEDS or n == budget) and (not sizes or n > sizes[-1]):
+            sizes.append(n)
+    if len(sizes) == 1:
+        return (Look(1, 1, budget, 1.0),)
+    early = 0.5 / (len(sizes) - 1)
+    return tuple(
+        Look(i + 1, len(sizes), n, 0.5 if i == len(sizes) - 1 else early)
+        for i, n in enumerate(sizes)
+    )
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """Why a sequential prompt stopped where it did, as its analysis records it.
+
+    look / looks: the look that decided and how many were planned; seeds / budget: the seeds
+    judged and the most allowed; alpha: the level of the deciding look; conclusive: whether it
+    stopped on a conclusive verdict (else the budget was spent)."""
+
+    look: int
+    looks: int
+    seeds: int
+    budget: int
+    alpha: float
+    conclusive: bool
+
+    @property
+    def reason(self) -> str:
+        why = "conclusive" if self.conclusive else "budget spent, not conclusive"
+        return (
+            f"stopped at look {self.look} of {self.looks} after {self.seeds} of {self.budget} "
+            f"seeds ({why}; this look tests at alpha {self.alpha:.3g})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "look": self.look,
+            "looks": self.looks,
+            "seeds": self.seeds,
+            "budget": self.budget,
+            "alpha": self.alpha,
+            "conclusive": self.conclusive,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Stopping:
+        return cls(
+            look=int(data["look"]),
+            looks=int(data["looks"]),
+            seeds=int(data["seeds"]),
+            budget=int(data["budget"]),
+            alpha=float(data["alpha"]),
+            conclusive=bool(data["conclusive"]),
+        )
