@@ -90,7 +90,7 @@ def run(config: RunConfig, prompts: list[str], out: Path, args: argparse.Namespa
     if not args.same_seeds:
         speculative = _Offset(speculative, SEED_OFFSET)
     with Runner(config, None, path, controls=False, engines=(baseline, speculative)) as runner:
-        runner.run(plan(chosen, config))
+        runner.run(plan(chosen, config), resume=path.exists())
     return ResultsFile(path)
 
 
@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--prompts", default="code/rust_result_type,multilingual/de_berlin")
+    parser.add_argument(
+        "--threads", type=int, help="llama.cpp threads in process (default: every core)"
+    )
     parser.add_argument("--keep", help="keep the results in this directory")
     parser.add_argument(
         "--same-seeds",
@@ -176,6 +179,7 @@ def main() -> None:
         sampling=SamplingConfig(temp=args.temp),
         seeds=tuple(range(1, args.seeds + 1)),
         max_tokens=args.max_tokens,
+        **({"n_threads": args.threads} if args.threads else {}),
     )
     where = "in process" if args.in_process else f"over HTTP, {args.in_flight} in flight"
     print(f"## placebo, {where}: temp {args.temp}, {args.seeds} seeds x {args.max_tokens} tokens")
