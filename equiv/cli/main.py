@@ -153,6 +153,14 @@ def _parser() -> argparse.ArgumentParser:
     diag.add_argument("--prompt", action="append", metavar="GLOB", help="prompts (default: 6)")
     diag.add_argument("--max-tokens", type=int, metavar="N", help="per-prompt max_tokens")
     diag.add_argument("--seeds", type=int, default=32, metavar="N", help="seeds at temp > 0 [32]")
+    diag.add_argument(
+        "--looks",
+        type=int,
+        default=1,
+        metavar="K",
+        help="at temp > 0, judge each prompt K times as its seeds accumulate and stop it at the "
+        "first conclusive look (--seeds is then a budget) [1]",
+    )
     diag.add_argument("--out", metavar="DIR", help="results (default: reports/diagnose-<time>)")
     diag.add_argument(
         "--server-bin",
@@ -396,7 +404,14 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
     print(f"the same check by hand: equiv {shlex.join(argv)}")
     if args.dry_run:
         return 0
-    return execute(mapping, prompts=prompts, max_tokens=args.max_tokens, seeds=args.seeds, out=out)
+    return execute(
+        mapping,
+        prompts=prompts,
+        max_tokens=args.max_tokens,
+        seeds=args.seeds,
+        looks=args.looks,
+        out=out,
+    )
 
 
 def _cmd_minimize(args: argparse.Namespace) -> int:

@@ -28,12 +28,14 @@ def execute(
     max_tokens: int | None,
     seeds: int,
     out: Path,
+    looks: int = 1,
     echo: Callable[[str], None] = print,
     console: Any = None,
 ) -> int:
     """Run temp 0 and (if the user samples) the user's temperature, with progress on
     ``console`` (stderr by default); write each run's summary.json and report.html; echo the
-    ``equiv run`` command that reruns each, and the verdict."""
+    ``equiv run`` command that reruns each, and the verdict. ``looks`` > 1: the sampling run
+    stops each prompt at its first conclusive look (``seeds`` is its budget)."""
     from rich.console import Console
 
     from equiv.cli.progress import Progress
@@ -50,7 +52,13 @@ def execute(
     modes = ["temp0"] + (["sampling"] if mapping.user_temp > 0 else [])
     summaries: dict[str, Summary] = {}
     for mode in modes:
-        run_values = {**values, "mode": mode, "seeds": seeds if mode == "sampling" else None}
+        sampled = mode == "sampling"
+        run_values = {
+            **values,
+            "mode": mode,
+            "seeds": seeds if sampled else None,
+            "looks": looks if sampled and looks > 1 else None,
+        }
         config, pair = build_config(run_values, workdir=out / mode)
         chosen = select_prompts(config.suites, values["prompt"])
         total = len(plan(chosen, config))
