@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from equiv.records import Comparison, Generation
 from equiv.records.generation import top_k
 from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.divergence_rate import DivergenceRate
+from equiv.verdicts.verdict_evidence import RescoredGaps, RunEvidence, Temp0Evidence
 
 __all__ = [
     "DriftBound",
@@ -118,33 +119,30 @@ def misconfiguration(differences: Sequence[str], outputs: str) -> Verdict:
 
 
 def _without_rows(
-    baseline: Generation,
-    d: int,
-    a: int,
-    b: int,
-    ev: dict[str, Any],
-    *,
-    name: Callable[[int], str] = str,
-) -> str:
+    baseline: Generation, ev: Temp0Evidence, *, name: Callable[[int], str] = str
+) -> Verdict:
     """What the baseline's own top-k at the divergence says, when nothing else is known (a
     server: no rows, no re-scoring, and no probabilities for speculative-step tokens)."""
+    d, a, b = ev.position, ev.baseline_token, ev.speculative_token
     why = "no logits rows and no re-scoring available"
     alts = baseline.alternatives[d] if d < len(baseline.alternatives) else None
     if alts is None or a not in alts.ids:
-        return why
+        return Verdict(Label.INCONCLUSIVE, why, ev.to_dict())
     if b not in alts.ids:
-        ev["baseline_gap"] = None
-        return (
+        return Verdict(
+            Label.INCONCLUSIVE,
             f"{why}; the speculative token {name(b)} is not among the baseline's top "
-            f"{len(alts.ids)} at token {d}: far from a tie"
+            f"{len(alts.ids)} at token {d}: far from a tie",
+            replace(ev, outside_baseline_top=True).to_dict(),
         )
     rank = alts.ids.index(b)
     gap = alts.logits[alts.ids.index(a)] - alts.logits[rank]
-    ev["baseline_gap"] = round(gap, 5)
-    return (
+    return Verdict(
+        Label.INCONCLUSIVE,
         f"{why}; on the baseline's row at token {d} the speculative token {name(b)} is "
         f"{gap:.4f} below {name(a)} (rank {rank + 1}): "
-        + ("a near-tie, as batching drift flips" if gap < 1.0 else "wider than drift usually is")
+        + ("a near-tie, as batching drift flips" if gap < 1.0 else "wider than drift usually is"),
+        replace(ev, baseline_gap=gap).to_dict(),
     )
 
 
@@ -170,22 +168,15 @@ def classify_temp0(
     if a is None or b is None:
         return Verdict(Label.INCONCLUSIVE, f"one path ended at token {d}; nothing to compare")
     name = div.token_name  # 'text' (id N): reasons name tokens by their text
-    ev: dict[str, Any] = {
-        "position": d,
-        "baseline_token": a,
-        "speculative_token": b,
-        "margin_baseline": div.margin_baseline,
-        "margin_speculative": div.margin_speculative,
-    }
+    ev = Temp0Evidence(d, a, b, div.margin_baseline, div.margin_speculative)
     rows = speculative.logits
     used = rows[d] if rows is not None and d < rows.shape[0] else None
     if used is not None and float(used[b]) < float(used.max()) - OWN_ARGMAX_TOL:
-        ev["own_argmax"] = int(used.argmax())
         return Verdict(
             Label.SAMPLER_BUG,
             f"at token {d} the speculative path emitted {name(b)} although its own logits "
             f"prefer {name(int(used.argmax()))} by {float(used.max() - used[b]):.4f}",
-            ev,
+            replace(ev, own_argmax=int(used.argmax())).to_dict(),
         )
     if rescore is None:
         if used is not None and (div.margin_baseline or 0) >= -OWN_ARGMAX_TOL:
@@ -194,20 +185,19 @@ def classify_temp0(
                 f"at token {d} each path emitted its own argmax (margins "
                 f"{div.margin_baseline:.4f} and {div.margin_speculative:.4f}); the target "
                 "could not be re-scored to size the drift",
-                ev,
+                ev.to_dict(),
             )
-        return Verdict(Label.INCONCLUSIVE, _without_rows(baseline, d, a, b, ev, name=name), ev)
+        return _without_rows(baseline, ev, name=name)
     try:
         single_rows, batched_rows = _calibration_rows(baseline, d, rescore)
     except EngineError as exc:
-        ev["rescore_failed"] = True  # a resumed run redoes this result
         return Verdict(
             Label.INCONCLUSIVE,
             f"re-scoring the target at token {d} failed ({exc}); the generations are kept and "
             "--resume redoes it",
-            ev,
+            replace(ev, rescore_failed=True).to_dict(),
         )
-    return _temp0_rule(d, a, b, used, single_rows, batched_rows, ev, name=name)
+    return _temp0_rule(ev, used, single_rows, batched_rows, name=name)
 
 
 def _calibration_rows(
@@ -233,18 +223,16 @@ def _calibration_rows(
 
 
 def _temp0_rule(
-    d: int,
-    a: int,
-    b: int,
+    at: Temp0Evidence,
     used: npt.NDArray[np.float32] | None,
     single_rows: npt.NDArray[np.floating[Any]],
     batched_rows: npt.NDArray[np.floating[Any]],
-    ev: dict[str, Any],
     *,
     name: Callable[[int], str] = str,
 ) -> Verdict:
-    """The calibrated temp-0 rule at the divergence d (module docstring). ``name`` gives a
+    """The calibrated temp-0 rule at the divergence ``at`` (module docstring). ``name`` gives a
     token as reasons show it."""
+    d, a, b = at.position, at.baseline_token, at.speculative_token
     na, nb = name(a), name(b)
     # Position d in float64 (two rows); the calibration positions read only their candidates.
     single = single_rows[d].astype(np.float64)
@@ -255,32 +243,26 @@ def _temp0_rule(
     calibration = drift_bound(
         np.delete(gap_movements(single_rows, batched_rows), d) if len(single_rows) > 1 else []
     )
-    ev.update(
-        gap_batched=round(gap_batched, 6) if np.isfinite(gap_batched) else None,
-        drift_at_divergence=round(drift_d, 6),
-        drift_bound=None if calibration is None else calibration.to_dict(),
-        target_rows=_rows_evidence(single, batched, a, b),
-    )
+    gaps = RescoredGaps(gap_batched, drift_d, calibration, _rows_evidence(single, batched, a, b))
     if used is not None:
         used64 = used.astype(np.float64)
         deviation = float(np.abs(used64[both] - batched[both]).max())
-        ev["used_row_deviation"] = round(deviation, 6)
+        gaps = replace(gaps, used_row_deviation=deviation)
         if deviation > max(4 * drift_d, 1.0) and int(used.argmax()) != int(batched.argmax()):
             return Verdict(
                 Label.SAMPLER_BUG,
                 f"at token {d} the logits the speculative sampler used are not the target's: "
                 f"max |Δlogit| {deviation:.3f} from the target's batched re-scoring, while "
                 f"batching moves them by {drift_d:.3f} (a row read from the wrong position?)",
-                ev,
+                replace(at, rescored=gaps).to_dict(),
             )
     # The batched row first: where the target, evaluated as verification does, itself prefers b,
     # b is what drift gives, even when b lies outside a server's recorded single-token top K.
     known = np.isfinite(single[b])
     gap_single = float(single[a] - single[b]) if known else None
     floor = None if known else float(single[a] - single[np.isfinite(single)].min())
-    ev["gap_single"] = None if gap_single is None else round(gap_single, 6)
-    if floor is not None:
-        ev["gap_single_at_least"] = round(floor, 6)
+    gaps = replace(gaps, gap_single=gap_single, gap_single_at_least=floor)
+    ev = replace(at, rescored=gaps).to_dict()  # the verdict's evidence from here on
     single_gap = f"{gap_single:.4f}" if gap_single is not None else f"more than {floor:.4f}"
     if gap_batched <= OWN_ARGMAX_TOL:
         return Verdict(
@@ -449,19 +431,17 @@ def run_verdict(
     divergences against the placebo's (`equiv.verdicts.divergence_rate`): more divergences than
     drift can make is a sampler bug even where each one alone is a near-tie."""
     counts = Counter(labels)
-    ev: dict[str, Any] = {"counts": dict(counts), "differences": list(differences)}
-    if rate is not None:
-        ev["divergence_rate"] = rate.to_dict()
-        if rate.excess and not counts.get(Label.MISCONFIGURATION.value):
-            return Verdict(
-                Label.SAMPLER_BUG,
-                f"the speculative path diverges more often than numeric drift can make it "
-                f"diverge ({rate.divergences} divergences in {rate.exposure} positions, "
-                f"{rate.flips} drift flips in {rate.positions}; p = {rate.p_value:.2g}): a lossy "
-                "acceptance rule, such as one that accepts the target's runner-up, even where "
-                "each divergence alone is a near-tie",
-                ev,
-            )
+    ev = RunEvidence(dict(counts), tuple(differences), rate).to_dict()
+    if rate is not None and rate.excess and not counts.get(Label.MISCONFIGURATION.value):
+        return Verdict(
+            Label.SAMPLER_BUG,
+            f"the speculative path diverges more often than numeric drift can make it "
+            f"diverge ({rate.divergences} divergences in {rate.exposure} positions, "
+            f"{rate.flips} drift flips in {rate.positions}; p = {rate.p_value:.2g}): a lossy "
+            "acceptance rule, such as one that accepts the target's runner-up, even where "
+            "each divergence alone is a near-tie",
+            ev,
+        )
     order = [
         Label.MISCONFIGURATION,
         Label.SAMPLER_BUG,

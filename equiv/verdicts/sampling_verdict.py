@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from equiv.records.verdict import Label, Verdict
@@ -49,6 +50,7 @@ from equiv.verdicts.analysis_record import (
 )
 from equiv.verdicts.classify import misconfiguration
 from equiv.verdicts.stats import chi2_power, min_detectable_w
+from equiv.verdicts.verdict_evidence import BatchedFigures, PowerEvidence, SamplingEvidence
 
 __all__ = [
     "KL_NOT_TARGET",
@@ -119,10 +121,6 @@ def limit(placebo: Placebo, alpha: float) -> str | None:
     )
 
 
-#: What a verdict records of the batched follow-up: the tests that rejected, each test's p.
-BatchedFigures = dict[str, list[str] | dict[str, float]]
-
-
 def _batched_answer(
     evidence: BatchedEvidence | None, kind: str, alpha: float
 ) -> tuple[BatchedFigures | None, str, Label]:
@@ -136,10 +134,7 @@ def _batched_answer(
         return None, words, Label.INCONCLUSIVE
     tests = evidence.tests
     names = [t.name for t in rejected(tests, alpha)]
-    figures: BatchedFigures = {
-        "rejected": names,
-        "p_adjusted": {t.name: t.p_adjusted for t in tests},
-    }
+    figures = BatchedFigures(tuple(names), {t.name: t.p_adjusted for t in tests})
     shown = ", ".join(f"{t.kind} p = {t.p_adjusted:.2g}" for t in tests)
     if names:
         return (
@@ -174,9 +169,9 @@ def _batched_answer(
     )
 
 
-def _power(analysis: PromptAnalysis, ev: dict[str, Any]) -> tuple[float, int, int, str]:
+def _power(analysis: PromptAnalysis) -> tuple[PowerEvidence, int, int, str]:
     """The power behind ``equivalent``: the comparison with the placebo's PIT histograms at
-    Holm's first step, alpha / m, over its effective tokens. ``(power, n, df, what)``."""
+    Holm's first step, alpha / m, over its effective tokens. ``(evidence, n, df, what)``."""
     test = find(analysis.tests, "pit:vs-placebo")
     what = "comparison with the placebo (PIT)"
     n = test.n if test else 0
@@ -184,11 +179,8 @@ def _power(analysis: PromptAnalysis, ev: dict[str, Any]) -> tuple[float, int, in
     level = analysis.alpha / max(len(analysis.tests), 1)
     ran = test is not None and n > 0 and test.df is not None
     power = chi2_power(n, df, alpha=level, w=0.1) if ran else 0.0  # a test without data: none
-    ev.update(power=power, power_alpha=level)
     temperature = find(analysis.tests, "temperature:vs-placebo")
-    if temperature is not None:
-        ev["temperature_power"] = temperature.power
-    return power, n, df, what
+    return PowerEvidence(power, level, temperature), n, df, what
 
 
 def classify_sampling(
@@ -205,15 +197,15 @@ def classify_sampling(
     rejects = rejected(tests, alpha)
     placebo = analysis.placebo or Placebo(error="the analysis records no placebo")
     instrument = limit(placebo, alpha)
-    ev: dict[str, Any] = {
-        "alpha": alpha,
-        "rejected": [t.name for t in rejects],
-        "same_seed_agreement": analysis.same_seed_agreement,
-        "drift": None if analysis.drift is None else analysis.drift.to_dict(),
-        "placebo_rejected": [t.name for t in rejected(placebo.tests or (), alpha)],
-        "fidelity": None if placebo.fidelity is None else placebo.fidelity.to_dict(),
-        **({"limit": instrument} if instrument else {}),
-    }
+    ev = SamplingEvidence(
+        alpha=alpha,
+        rejected=tuple(t.name for t in rejects),
+        same_seed_agreement=analysis.same_seed_agreement,
+        drift=analysis.drift,
+        placebo_rejected=tuple(t.name for t in rejected(placebo.tests or (), alpha)),
+        fidelity=placebo.fidelity,
+        limit=instrument,
+    )
     note = f"; {instrument}" if instrument else ""
     if differences:
         return misconfiguration(differences, f"{len(rejects)} test(s) reject")
@@ -224,20 +216,22 @@ def classify_sampling(
             Label.INCONCLUSIVE,
             f"{found}{placebo.error}: without a placebo equiv can show neither a sampler bug "
             "nor equivalence",
-            ev,
+            ev.to_dict(),
         )
     if instrument and has_logits:
         return Verdict(
             Label.INCONCLUSIVE,
             f"{instrument}: in process those are the rows the engine reports, so no test against "
             "them can be believed",
-            ev,
+            ev.to_dict(),
         )
     for name, what in STAGES.items():
         test = find(tests, name)
         if test is not None and test.p_adjusted < alpha:
             return Verdict(
-                Label.SAMPLER_BUG, f"the speculative sampler's {what} ({_shown(test, alpha)})", ev
+                Label.SAMPLER_BUG,
+                f"the speculative sampler's {what} ({_shown(test, alpha)})",
+                ev.to_dict(),
             )
     for kind in VS_PLACEBO:
         test = find(tests, f"{kind}:vs-placebo")
@@ -248,10 +242,10 @@ def classify_sampling(
             f"{placebo.instrument or 'the same rows'} ({_shown(test, alpha)})"
         )
         if has_logits:
-            return Verdict(Label.SAMPLER_BUG, found + note, ev)
+            return Verdict(Label.SAMPLER_BUG, found + note, ev.to_dict())
         batched, why, label = _batched_answer(analysis.batched, kind, alpha)
-        ev["batched"] = batched
-        return Verdict(label, f"{found}; {why}{note}", ev)
+        followed = replace(ev, followed_up=True, batched=batched)
+        return Verdict(label, f"{found}; {why}{note}", followed.to_dict())
     drift = analysis.drift
     fidelity = placebo.fidelity
     floor = max(KL_NOT_TARGET, 10 * fidelity.kl_mean) if fidelity else KL_NOT_TARGET
@@ -262,7 +256,7 @@ def classify_sampling(
             f"{drift.drift.kl_mean:.3f} nats against the target's own re-scoring (re-scoring the "
             f"placebo moves rows by {fidelity.kl_mean if fidelity else 0:.4f}; batching drift "
             f"is typically < 0.01), top-1 agreement {drift.drift.top1_agreement:.2f}",
-            ev,
+            ev.to_dict(),
         )
     if rejects:
         names = ", ".join(t.name for t in rejects)
@@ -271,26 +265,26 @@ def classify_sampling(
             f"no test of the speculative samples against the placebo rejects, but the output "
             f"distributions differ "
             f"({names} reject at alpha {alpha:.2g}): the logits differ between the paths{note}",
-            ev,
+            ev.to_dict(),
         )
     alone = rejected(analysis.consistency, alpha)
-    if alone and not ev["placebo_rejected"]:
+    if alone and not ev.placebo_rejected:
         return Verdict(
             Label.INCONCLUSIVE,
             f"the speculative samples alone reject the rows ({_shown(alone[0], alpha)}), but the "
             "comparison with the placebo does not: add seeds to tell a sampler fault from the "
             "instrument",
-            ev,
+            ev.to_dict(),
         )
     return _by_power(analysis, ev, note)
 
 
-def _by_power(analysis: PromptAnalysis, ev: dict[str, Any], note: str) -> Verdict:
+def _by_power(analysis: PromptAnalysis, ev: SamplingEvidence, note: str) -> Verdict:
     """``equivalent`` where nothing rejected and the test had the power; else ``inconclusive``
     with how many tokens would give it."""
     alpha = analysis.alpha
-    power, n, df, what = _power(analysis, ev)
-    level = ev["power_alpha"]
+    shown, n, df, what = _power(analysis)
+    power, level = shown.power, shown.alpha
     errors = analysis.rescore_errors
     if errors:
         what += (
@@ -303,12 +297,12 @@ def _by_power(analysis: PromptAnalysis, ev: dict[str, Any], note: str) -> Verdic
             f"no test rejects at alpha {alpha:.2g}; the {what} test over {n} effective tokens "
             f"had power "
             f"{power:.2f} for Cohen's w >= 0.1 at the Holm level {level:.2g}{note}",
-            ev,
+            replace(ev, power=shown).to_dict(),
         )
     need = n
     while need < 10**7 and min_detectable_w(max(need, 1), df, alpha=level, power=MIN_POWER) > 0.1:
         need = max(2 * need, 16)
-    ev.update(tokens=n, tokens_needed=need)  # so a caller can say how many seeds would do
+    short = replace(shown, tokens=n, tokens_needed=need)  # how many seeds would do
     samples = analysis.samples
     more = f" (about {math.ceil(samples * need / n)} seeds)" if n and samples else ""
     return Verdict(
@@ -316,5 +310,5 @@ def _by_power(analysis: PromptAnalysis, ev: dict[str, Any], note: str) -> Verdic
         f"no test rejects, but the {what} test over {n} effective tokens has power only "
         f"{power:.2f} for w >= 0.1 at the Holm level {level:.2g}; about {need} would reach "
         f"{MIN_POWER}{more}: add seeds or max_tokens{note}",
-        ev,
+        replace(ev, power=short).to_dict(),
     )
