@@ -72,12 +72,15 @@ def sampling_run(config: RunConfig, prompts: list[str], out: Path) -> None:
     records = [r.to_dict() for r in results.results()]
     rescore_s = sum(r.get("rescore_cost", {}).get("wall_s", 0.0) for r in records)
     requests = sum(r.get("rescore_cost", {}).get("requests", 0) for r in records)
+    reused = sum(r.get("rescore_cost", {}).get("rows_reused", 0) for r in records)
+    rows = sum(r.get("rescore_cost", {}).get("rows", 0) for r in records)
     tokens = sum(len(r["speculative"]["tokens"]) + len(r["baseline"]["tokens"]) for r in records)
     print(
         f"\n## sampling run: temp {config.sampling.temp}, {len(config.seeds)} seeds x "
         f"{len(prompts)} prompts, max_tokens {config.max_tokens}: {tokens} tokens generated, "
-        f"wall {wall:.0f} s; re-scoring {requests} requests, {rescore_s:.0f} s summed over items "
-        f"(<= {rescore_s / wall:.0%} of the wall time)"
+        f"wall {wall:.0f} s; re-scoring {requests} requests for {rows} rows ({reused} reused: "
+        f"{requests / max(len(records), 1):.1f} requests per seed), {rescore_s:.0f} s summed "
+        f"over items (<= {rescore_s / wall:.0%} of the wall time)"
     )
     for analysis in (a.to_dict() for a in results.analyses()):
         verdict = verdict_of(analysis)

@@ -787,6 +787,26 @@ def test_rescoring_asks_one_row_per_position_cold_or_on_the_cached_prefix(
     assert engine.take_rescore_cost().requests == 0  # taken
 
 
+def test_a_context_scored_once_is_not_asked_again_single_token(tiny_config, fake):
+    """Two samples sharing their first two tokens: the second asks only the row after the
+    context the first did not have; the rows it reuses are the first's, and counted."""
+    engine = _engine(tiny_config, fake.url)
+    fake.script["/completion"] = [_scored]
+    first = engine.rescore([1, 9], [4, 5, 6], batched=False)
+    engine.take_rescore_cost()
+    fake.calls.clear()
+    second = engine.rescore([1, 9], [4, 5, 7, 8], batched=False)
+    bodies = [body for path, body in fake.calls if path == "/completion"]
+    assert [b["prompt"] for b in bodies] == [[1, 9, 4, 5, 7]]
+    np.testing.assert_array_equal(second[:3], first)  # the same contexts, the same rows
+    cost = engine.take_rescore_cost()
+    assert (cost.requests, cost.rows, cost.rows_reused) == (1, 4, 3)
+    fake.calls.clear()
+    engine.rescore([1, 9], [4, 5, 6], batched=True)  # batched rows are always asked
+    assert len([b for path, b in fake.calls if path == "/completion"]) == 3
+    assert engine.take_rescore_cost().rows_reused == 0
+
+
 def test_a_scoring_answer_for_another_prefix_is_refused(tiny_config, fake):
     engine = _engine(tiny_config, fake.url)
     fake.script["/completion"] = [_json({**_completion([5]), "tokens_evaluated": 7})]

@@ -181,6 +181,8 @@ class RescoreCost:
 
     ``rows_off_path``: rows the server evaluated otherwise than asked (a single-token row whose
     prefix was not cached, a batched row that reused a cache); they are still rows of the target.
+    ``rows_reused``: rows of a context asked before in the run, given again without a request
+    (counted in ``rows`` too).
     """
 
     requests: int = 0
@@ -190,6 +192,7 @@ class RescoreCost:
     server_s: float = 0.0
     wall_s: float = 0.0
     rows_off_path: int = 0
+    rows_reused: int = 0
 
     def __add__(self, other: RescoreCost) -> RescoreCost:
         return RescoreCost(
@@ -200,6 +203,7 @@ class RescoreCost:
             server_s=self.server_s + other.server_s,
             wall_s=self.wall_s + other.wall_s,
             rows_off_path=self.rows_off_path + other.rows_off_path,
+            rows_reused=self.rows_reused + other.rows_reused,
         )
 
     def to_dict(self) -> dict[str, Any]:

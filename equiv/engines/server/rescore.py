@@ -22,6 +22,12 @@ llama-server restores one 4 tokens back instead of extending a cached prefix by 
 "single-token" rows come from a 5-token batch. They are still the target's rows, counted in
 `RescoreCost.rows_off_path`; ``--server-args --swa-full`` (both servers) makes them single-token.
 
+A single-token row is asked once per context: seeds (and the two paths' samples) that share a
+prefix share its rows, so the rows of a context already scored in this run are reused, not asked
+again (`RescoreCost.rows_reused`; the last `CACHE_ROWS` contexts are kept). The next row asked
+after a reused one finds less of its prefix in the server's cache and may be evaluated as a small
+batch; such rows are counted in ``rows_off_path`` like the rest. Batched rows are always asked.
+
 Every answer is checked against the request: ``tokens_evaluated`` must be the prefix's length
 (else the answer is for another prompt), the candidates must be real (K of them, probabilities
 summing to at most 1). A row the server evaluated otherwise than asked (another request took the
@@ -35,6 +41,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,9 +52,10 @@ from equiv.engines.base import RescoreCost
 from equiv.engines.server.http import JsonClient
 from equiv.errors import EngineError
 
-__all__ = ["BATCH_STRIDE", "LlamaRescorer", "scoring_body"]
+__all__ = ["BATCH_STRIDE", "CACHE_ROWS", "LlamaRescorer", "scoring_body"]
 
 BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its cached prefix
+CACHE_ROWS = 50_000  # single-token rows kept for reuse (K candidates each: a few MB in all)
 
 
 def scoring_body(prefix: Sequence[int], *, n_probs: int, cached: bool) -> dict[str, Any]:
@@ -76,6 +84,8 @@ class LlamaRescorer:
         self._local = threading.local()
         self._lock = threading.Lock()
         self.total = RescoreCost()
+        # the single-token rows asked so far, by their prefix (prompt + tokens before)
+        self._rows: OrderedDict[bytes, tuple[list[int], list[float]]] = OrderedDict()
 
     # -- the ledger --------------------------------------------------------------------------
     def _add(self, cost: RescoreCost) -> None:
@@ -110,10 +120,29 @@ class LlamaRescorer:
             order = [(i, i > 0) for i in range(n)]
         for i, cached in order:
             prefix = prompt + [int(t) for t in tokens[:i]]
-            single = cached and not batched
-            ids, logprobs = self.score(prefix, cached=cached, single=single)
+            if batched:
+                ids, logprobs = self.score(prefix, cached=cached)
+            else:
+                ids, logprobs = self._single(prefix, cached=cached)
             rows[i, ids] = logprobs
         return rows
+
+    def _single(self, prefix: list[int], *, cached: bool) -> tuple[list[int], list[float]]:
+        """The single-token row after ``prefix``: reused where this run has asked it already."""
+        key = np.asarray(prefix, dtype=np.int64).tobytes()
+        with self._lock:
+            known = self._rows.get(key)
+            if known is not None:
+                self._rows.move_to_end(key)
+        if known is not None:
+            self._add(RescoreCost(rows=1, rows_reused=1))
+            return known
+        answer = self.score(prefix, cached=cached, single=cached)
+        with self._lock:
+            self._rows[key] = answer
+            if len(self._rows) > CACHE_ROWS:
+                self._rows.popitem(last=False)
+        return answer
 
     def score(
         self, prefix: Sequence[int], *, cached: bool, single: bool = False
