@@ -51,8 +51,8 @@ def test_the_header_keeps_the_machine_and_reads_files_without_one() -> None:
 
 
 def test_compare_names_a_change_of_machine_first() -> None:
-    a = {"config": {"n_threads": 2}, "machine": EPYC.to_dict()}
-    b = {"config": {"n_threads": 2}, "machine": XEON.to_dict()}
+    a = HeaderRecord(config={"n_threads": 2}, machine=EPYC)
+    b = HeaderRecord(config={"n_threads": 2}, machine=XEON)
     setup = setup_differences(a, b)
     assert setup[0].startswith("machine: CPU AMD EPYC (x86_64) -> Intel Xeon Platinum")
     assert "SIMD +avx512f" in setup[0]
@@ -60,7 +60,8 @@ def test_compare_names_a_change_of_machine_first() -> None:
     assert "machine.cpu: AMD EPYC -> Intel Xeon Platinum" in setup
     assert setup_differences(a, copy.deepcopy(a)) == ()
     # A header written before the machine was recorded: no claim either way.
-    assert not any(s.startswith("machine: ") for s in setup_differences({"config": {}}, b))
+    before = HeaderRecord(config={})
+    assert not any(s.startswith("machine: ") for s in setup_differences(before, b))
 
 
 def test_compare_of_two_runs_from_different_machines_says_so() -> None:

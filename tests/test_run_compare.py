@@ -113,10 +113,12 @@ def test_compare_refuses_what_is_not_a_run(tmp_path, capsys):
 def test_long_header_values_are_cut_where_they_differ():
     from equiv.verdicts.run_compare import setup_differences
 
-    a = {"fingerprints": {"system_info": "CPU : SSE3 = 1 | AVX = 1 | AVX_VNNI = 1 | " + "X" * 80}}
-    b = {"fingerprints": {"system_info": "CPU : SSE3 = 1 | AVX = 1 | " + "X" * 80}}
+    vnni = {"system_info": "CPU : SSE3 = 1 | AVX = 1 | AVX_VNNI = 1 | " + "X" * 80}
+    plain = {"system_info": "CPU : SSE3 = 1 | AVX = 1 | " + "X" * 80}
+    a = HeaderRecord(config={}, fingerprints={"baseline": vnni})
+    b = HeaderRecord(config={}, fingerprints={"baseline": plain})
     (line,) = setup_differences(a, b)
-    assert line.startswith("fingerprints.system_info: ")
+    assert line.startswith("fingerprints.baseline.system_info: ")
     assert "AVX_VNNI" in line.split(" -> ")[0]
     assert "AVX_VNNI" not in line.split(" -> ")[1]
 

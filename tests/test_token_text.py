@@ -44,7 +44,7 @@ def test_the_divergence_records_the_text_of_every_top_k_candidate():
     assert texts[4] == "<script>"  # emitted by neither path
     assert set(texts) == set(b.alternatives[1].ids) | set(s.alternatives[1].ids)
     assert compare(b, s).divergence.top_texts == ()  # no engine, no texts
-    name = token_namer(div.to_dict())
+    name = token_namer(div)
     assert name(2) == "'\\n' (id 2)"  # a newline shows as an escape
     assert name(4) == "'<script>' (id 4)"
     assert name(99) == "id 99"

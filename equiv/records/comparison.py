@@ -151,7 +151,7 @@ class Divergence:
         return data
 
     def token_name(self, token: int) -> str:
-        return token_namer(self.to_dict())(token)
+        return token_namer(self)(token)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "") -> Divergence:
@@ -183,14 +183,16 @@ class Divergence:
         )
 
 
-def token_namer(divergence: Mapping[str, Any]) -> Callable[[int], str]:
-    """A recorded divergence's way of naming a token: ``'text' (id N)``, the text as a Python
-    literal (control characters and quotes show as escapes); ``id N`` where no text is known."""
-    texts = {int(i): str(t) for i, t in divergence.get("top_texts") or ()}
-    for side in ("baseline", "speculative"):
-        tid, text = divergence.get(f"{side}_token"), divergence.get(f"{side}_text")
+def token_namer(divergence: Divergence) -> Callable[[int], str]:
+    """A divergence's way of naming a token: ``'text' (id N)``, the text as a Python literal
+    (control characters and quotes show as escapes); ``id N`` where no text is known."""
+    texts = dict(divergence.top_texts)
+    for tid, text in (
+        (divergence.baseline_token, divergence.baseline_text),
+        (divergence.speculative_token, divergence.speculative_text),
+    ):
         if tid is not None and text is not None:
-            texts.setdefault(int(tid), str(text))
+            texts.setdefault(tid, text)
 
     def name(token: int) -> str:
         return f"{texts[token]!r} (id {token})" if token in texts else f"id {token}"

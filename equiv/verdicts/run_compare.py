@@ -19,7 +19,6 @@ import numpy as np
 
 from equiv.config import Mode
 from equiv.records import AnalysisRecord, EventRecord, HeaderRecord, ResultRecord, ResultsFile
-from equiv.records.machine import Machine
 from equiv.records.verdict import Label
 from equiv.verdicts.run_drift import run_drift
 from equiv.verdicts.summary import SuiteSummary, summarize
@@ -281,13 +280,12 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def machine_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+def machine_change(a: HeaderRecord, b: HeaderRecord) -> str | None:
     """``machine: ...`` where the two headers name machines whose numerics may differ (CPU, SIMD
     features, GPU, llama.cpp build); None where they agree or a header predates the record."""
-    if not (isinstance(a.get("machine"), Mapping) and isinstance(b.get("machine"), Mapping)):
+    if a.machine is None or b.machine is None:
         return None
-    ma, mb = Machine.from_dict(a["machine"]), Machine.from_dict(b["machine"])
-    changes = ma.changes(mb)
+    changes = a.machine.changes(b.machine)
     if not changes:
         return None
     return (
@@ -296,11 +294,12 @@ def machine_change(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
     )
 
 
-def setup_differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[str, ...]:
-    """Header entries that differ, as ``name: A -> B`` (fingerprints and config included); a
-    change of machine first, in words (`machine_change`), then its fields with the rest."""
-    fa = _flatten({k: v for k, v in a.items() if k not in _VOLATILE})
-    fb = _flatten({k: v for k, v in b.items() if k not in _VOLATILE})
+def setup_differences(a: HeaderRecord, b: HeaderRecord) -> tuple[str, ...]:
+    """Header entries that differ, as ``name: A -> B`` named by their dotted place in the file
+    (fingerprints and config included); a change of machine first, in words
+    (`machine_change`), then its fields with the rest."""
+    fa = _flatten({k: v for k, v in a.to_dict().items() if k not in _VOLATILE})
+    fb = _flatten({k: v for k, v in b.to_dict().items() if k not in _VOLATILE})
     machine = machine_change(a, b)
     fields = [
         f"{k}: {_change(fa.get(k), fb.get(k))}"
@@ -418,7 +417,7 @@ def compare_runs(a: RunRecords, b: RunRecords) -> RunComparison:
         b=b.name,
         verdict_a=_verdict(a),
         verdict_b=_verdict(b),
-        setup=setup_differences(a.header.to_dict(), b.header.to_dict()),
+        setup=setup_differences(a.header, b.header),
         common=len(keys_a & keys_b),
         only_a=tuple(sorted(keys_a - keys_b)),
         only_b=tuple(sorted(keys_b - keys_a)),
