@@ -3,7 +3,7 @@ correct engines.
 
 For every engine (the reference sampler with each fault, the correct reference sampler, and the
 llama-cpp-python speculative path) one prompt is sampled at temp 0.8 over many seeds, once. Each
-subset of seeds is then judged exactly as a run judges a prompt (`analyze_prompt` at alpha =
+subset of seeds is then judged exactly as a run judges a prompt (`analyze` at alpha =
 0.01, Holm within the prompt, then `classify_sampling`); "flagged" means the label
 ``sampler-bug``.
 
@@ -22,11 +22,11 @@ subset of seeds is then judged exactly as a run judges a prompt (`analyze_prompt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -38,7 +38,8 @@ from equiv.prompts import load_suites
 from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.prompt_analysis import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling
 
 ENGINES = [
@@ -54,12 +55,12 @@ ENGINES = [
 BUDGETS = [25, 50, 100, 200, 400, 800, 1600, 3200]
 ALPHA = 0.01
 GROUP_TOKENS = 200
-STAGE_KEYS = ("acceptance", "residual_pit")
+STAGE_PIT = "residual_pit"  # with ``acceptance``: the judgement evidence
 
 
 def sample_pool(
     engine: str, prompt_key: str, seeds: int, max_tokens: int, tmp: Path
-) -> list[dict[str, Any]]:
+) -> list[Sample]:
     pair = resolve_pair()
     config = RunConfig(
         target=pair.target,
@@ -74,37 +75,38 @@ def sample_pool(
     path = tmp / f"{engine.replace(':', '_')}.jsonl"
     with Runner(config, load_factory(engine), path, controls=False) as runner:
         runner.run(plan(prompts, config))
-        return [r.to_dict() for r in runner.results.read().results]
+        return [Sample.of(r) for r in runner.results.read().results]
 
 
-def black_box(pool: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records without the judgement evidence: what an engine that reports none allows."""
-    return [
-        {**r, "speculative": {k: v for k, v in r["speculative"].items() if k not in STAGE_KEYS}}
-        for r in pool
-    ]
+def black_box(pool: Sequence[Sample]) -> list[Sample]:
+    """The samples without the judgement evidence: what an engine that reports none allows."""
+    out = []
+    for sample in pool:
+        spec = sample.speculative
+        pits = {k: v for k, v in spec.pits.items() if k != STAGE_PIT}
+        blind = dataclasses.replace(spec, pits=pits, acceptance=None)
+        out.append(dataclasses.replace(sample, speculative=blind))
+    return out
 
 
-def flagging_tests(records: Sequence[dict[str, Any]]) -> list[str]:
-    """The tests behind a sampler-bug verdict on these records (empty: not flagged)."""
-    analysis = analyze_prompt(records, alpha=ALPHA)
+def flagging_tests(records: Sequence[Sample]) -> list[str]:
+    """The tests behind a sampler-bug verdict on these samples (empty: not flagged)."""
+    analysis = analyze(records, alpha=ALPHA)
     if classify_sampling(analysis).label is not Label.SAMPLER_BUG:
         return []
-    rejected = [t["name"] for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
+    rejected = [t.name for t in analysis.tests if t.p_adjusted < ALPHA]
     return rejected or ["drift"]
 
 
-def flagged(records: Sequence[dict[str, Any]]) -> bool:
+def flagged(records: Sequence[Sample]) -> bool:
     return bool(flagging_tests(records))
 
 
-def tokens_of(records: Sequence[dict[str, Any]]) -> int:
-    return sum(len(r["speculative"]["tokens"]) for r in records)
+def tokens_of(records: Sequence[Sample]) -> int:
+    return sum(len(r.speculative.tokens) for r in records)
 
 
-def power_at(
-    pool: Sequence[dict[str, Any]], budget: int, rng: np.random.Generator, reps: int
-) -> float:
+def power_at(pool: Sequence[Sample], budget: int, rng: np.random.Generator, reps: int) -> float:
     k = max(2, round(budget * len(pool) / tokens_of(pool)))
     if k > len(pool):
         return float("nan")
@@ -115,7 +117,7 @@ def power_at(
     return hits / reps
 
 
-def needed(pool: Sequence[dict[str, Any]], rng: np.random.Generator, reps: int) -> str:
+def needed(pool: Sequence[Sample], rng: np.random.Generator, reps: int) -> str:
     total = tokens_of(pool)
     for budget in BUDGETS:
         if budget > total:
@@ -125,7 +127,7 @@ def needed(pool: Sequence[dict[str, Any]], rng: np.random.Generator, reps: int) 
     return f"> {total}"
 
 
-def false_positives(pool: Sequence[dict[str, Any]]) -> str:
+def false_positives(pool: Sequence[Sample]) -> str:
     k = max(2, round(GROUP_TOKENS * len(pool) / tokens_of(pool)))
     groups = [pool[i : i + k] for i in range(0, len(pool) - k + 1, k)]
     why = [flagging_tests(g) for g in groups]

@@ -37,7 +37,8 @@ from equiv.records import ResultsFile
 from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.prompt_analysis import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling
 
 #: Added to the speculative path's seeds, so that its samples are independent of the baseline's
@@ -131,16 +132,16 @@ def reanalyze(path: Path) -> None:
     contents = ResultsFile(path).read()
     assert contents.header is not None
     has_logits = all(c.get("full_logits") for c in contents.header.capabilities.values())
-    by_prompt: dict[str, list[dict[str, Any]]] = {}
+    by_prompt: dict[str, list[Sample]] = {}
     for record in contents.results:
-        by_prompt.setdefault(record.prompt.key, []).append(record.to_dict())
+        by_prompt.setdefault(record.prompt.key, []).append(Sample.of(record))
     alpha = contents.header.config["alpha"] / len(by_prompt)
     labels: Counter[str] = Counter()
     for key, records in by_prompt.items():
-        analysis = analyze_prompt(records, alpha=alpha, has_logits=has_logits)
+        analysis = analyze(records, alpha=alpha, has_logits=has_logits)
         verdict = classify_sampling(analysis, has_logits=has_logits)
         labels[verdict.label.value] += 1
-        tests = ", ".join(f"{t['name']} p_adj {t['p_adjusted']:.3g}" for t in analysis["tests"][:3])
+        tests = ", ".join(f"{t.name} p_adj {t.p_adjusted:.3g}" for t in analysis.tests[:3])
         print(f"- {key}: **{verdict.label.value}** ({len(records)} seeds); {tests}")
         print(f"  {verdict.reason[:400]}")
     print(f"\n{dict(labels)}")

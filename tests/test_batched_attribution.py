@@ -9,14 +9,17 @@ correct sampler draws from its rows, a greedy-ish one keeps the top token more o
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from equiv.config import SamplingConfig
 from equiv.records.verdict import Label
+from equiv.verdicts.analysis_record import BatchedEvidence
 from equiv.verdicts.chain import chain_distribution
 from equiv.verdicts.pit_tests import batched_vs_placebo
-from equiv.verdicts.prompt_analysis import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze
 from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
 from equiv.verdicts.token_evidence import chain_pit, chain_sensitivity
@@ -77,17 +80,17 @@ def _records(rng, *, greedy=0.0, seeds=60, length=32, drift=0.25, instrument=0.0
 
 
 def _verdict(records, *, batched=True):
-    analysis = analyze_prompt(records, alpha=ALPHA, has_logits=False)
+    samples = [Sample.from_dict(r) for r in records]
+    analysis = analyze(samples, alpha=ALPHA, has_logits=False)
     if batched and needs_batched_evidence(analysis):  # as the runner asks for it
-        samples = [Sample.from_dict(r) for r in records]
         tests = batched_vs_placebo(samples, alpha=ALPHA)
-        analysis["batched"] = {"tests": [t.to_dict() for t in tests]}
+        analysis = dataclasses.replace(analysis, batched=BatchedEvidence(tuple(tests)))
     return analysis, classify_sampling(analysis, has_logits=False)
 
 
 def test_drift_that_the_batched_rows_explain_is_numeric_drift():
     analysis, verdict = _verdict(_records(np.random.default_rng(3), seeds=150))
-    rejected = [t["name"] for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
+    rejected = [t.name for t in analysis.tests if t.p_adjusted < ALPHA]
     assert any(name.endswith(":vs-placebo") for name in rejected), rejected  # single-token
     assert needs_batched_evidence(analysis)
     assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
@@ -122,9 +125,9 @@ def test_without_batched_evidence_a_rejection_is_inconclusive_and_says_why():
 def test_no_drift_and_a_correct_sampler_is_no_rejection(seed):
     analysis, verdict = _verdict(_records(np.random.default_rng(seed), drift=0.0))
     assert verdict.label in (Label.EQUIVALENT, Label.INCONCLUSIVE), verdict.reason
-    assert not [t for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
+    assert not [t for t in analysis.tests if t.p_adjusted < ALPHA]
     assert not needs_batched_evidence(analysis)
-    assert "batched" not in analysis
+    assert analysis.batched is None
 
 
 @pytest.mark.parametrize("seed", [7, 8, 9])
@@ -134,10 +137,10 @@ def test_an_instrument_that_is_off_alone_is_never_a_sampler_bug(seed):
     (as the speculative path alone used to be judged); against the placebo, nothing does."""
     records = _records(np.random.default_rng(seed), drift=0.0, instrument=0.3)
     analysis, verdict = _verdict(records)
-    placebo_rejects = [t for t in analysis["placebo"]["tests"] if t["p_adjusted"] < ALPHA]
-    alone_rejects = [t for t in analysis["consistency"] if t["p_adjusted"] < ALPHA]
+    placebo_rejects = [t for t in analysis.placebo.tests if t.p_adjusted < ALPHA]
+    alone_rejects = [t for t in analysis.consistency if t.p_adjusted < ALPHA]
     assert placebo_rejects
     assert alone_rejects
-    assert not [t for t in analysis["tests"] if t["p_adjusted"] < ALPHA]
+    assert not [t for t in analysis.tests if t.p_adjusted < ALPHA]
     assert verdict.label is not Label.SAMPLER_BUG, verdict.reason
     assert "the instrument here is off" in verdict.evidence["limit"]

@@ -18,6 +18,7 @@ import pytest
 from equiv.errors import EngineError
 from equiv.records import Generation, TokenAlternatives
 from equiv.records.verdict import Label
+from equiv.verdicts.analysis_record import PromptAnalysis
 from equiv.verdicts.classify import (
     CALIBRATION_POSITIONS,
     DRIFT_SAFETY,
@@ -27,6 +28,7 @@ from equiv.verdicts.classify import (
     gap_movements,
 )
 from equiv.verdicts.compare import compare
+from equiv.verdicts.sampling_verdict import classify_sampling
 
 VOCAB = 64
 N = 40  # baseline tokens
@@ -257,6 +259,11 @@ def _analysis(tests, placebo=None):
     }
 
 
+def _classify(analysis, **kwargs):
+    """`classify_sampling` of an analysis as the file holds it."""
+    return classify_sampling(PromptAnalysis.from_dict(analysis), **kwargs)
+
+
 def _test_row(name, n, df, power):
     detail = "not enough data: one category" if df is None else "chi-square"
     return {
@@ -274,65 +281,58 @@ def _test_row(name, n, df, power):
 def test_a_test_that_did_not_run_lends_no_power_to_equivalent():
     """The comparison with the placebo had no data (df None) however many tokens it counted,
     so it cannot make the prompt `equivalent`; nor can a first-token test without it."""
-    from equiv.verdicts.sampling_verdict import classify_sampling
-
     tests = [
         _test_row("pit:vs-placebo", 5000, None, 0.0),
         _test_row("first-token:two-sample", 5000, 9, 1.0),
     ]
-    verdict = classify_sampling(_analysis(tests), has_logits=False)
+    verdict = _classify(_analysis(tests), has_logits=False)
     assert verdict.label is Label.INCONCLUSIVE, verdict.reason
     assert verdict.evidence["power"] == 0.0
 
 
 def test_without_a_placebo_nothing_is_equivalent_or_a_sampler_bug():
-    from equiv.verdicts.sampling_verdict import classify_sampling
-
     first = _test_row("first-token:two-sample", 5000, 9, 1.0)
     for placebo in ({"error": "re-scoring failed"}, None):
         analysis = _analysis([first], placebo={"error": "re-scoring failed"})
         if placebo is None:
             del analysis["placebo"]  # an analysis written before the placebo existed
-        verdict = classify_sampling(analysis, has_logits=False)
+        verdict = _classify(analysis, has_logits=False)
         assert verdict.label is Label.INCONCLUSIVE, verdict.reason
         assert "without a placebo" in verdict.reason
     rejecting = {**first, "p_value": 1e-9, "p_adjusted": 1e-9}
-    verdict = classify_sampling(_analysis([rejecting], placebo={"error": "x"}), has_logits=False)
+    verdict = _classify(_analysis([rejecting], placebo={"error": "x"}), has_logits=False)
     assert verdict.label is Label.INCONCLUSIVE, verdict.reason
 
 
 def test_batched_evidence_without_power_is_not_numeric_drift():
     """Over HTTP the top-token comparison rejects under single-token rows; the batched one does
     not, but had no power: neither drift nor a sampler bug is shown."""
-    from equiv.verdicts.sampling_verdict import classify_sampling
-
     single = {**_test_row("top-token:vs-placebo", 4000, None, 0.9), "p_adjusted": 1e-6}
     weak = _test_row("top-token:vs-placebo-batched", 4000, None, 0.2)
     analysis = {**_analysis([single]), "batched": {"tests": [weak]}}
-    verdict = classify_sampling(analysis, has_logits=False)
+    verdict = _classify(analysis, has_logits=False)
     assert verdict.label is Label.INCONCLUSIVE, verdict.reason
     assert "power 0.20 only" in verdict.reason
     strong = _test_row("top-token:vs-placebo-batched", 4000, None, 0.95)
     analysis = {**_analysis([single]), "batched": {"tests": [strong]}}
-    assert classify_sampling(analysis, has_logits=False).label is Label.NUMERIC_DRIFT
+    assert _classify(analysis, has_logits=False).label is Label.NUMERIC_DRIFT
     bug = {**strong, "p_adjusted": 1e-5}
     analysis = {**_analysis([single]), "batched": {"tests": [bug]}}
-    assert classify_sampling(analysis, has_logits=False).label is Label.SAMPLER_BUG
-    assert classify_sampling(_analysis([single]), has_logits=False).label is Label.INCONCLUSIVE
+    assert _classify(analysis, has_logits=False).label is Label.SAMPLER_BUG
+    assert _classify(_analysis([single]), has_logits=False).label is Label.INCONCLUSIVE
 
 
 def test_equivalent_needs_its_power_at_holms_first_step():
     """2,500 effective PIT tokens: power >= 0.8 at alpha 0.01 but not at 0.01 / 10 (ten tests)."""
-    from equiv.verdicts.sampling_verdict import classify_sampling
     from equiv.verdicts.stats import chi2_power
 
     n = 2500
     assert chi2_power(n, 9, alpha=0.01, w=0.1) >= 0.8 > chi2_power(n, 9, alpha=0.001, w=0.1)
     pit = _test_row("pit:vs-placebo", n, 9, chi2_power(n, 9, alpha=0.01, w=0.1))
-    alone = classify_sampling(_analysis([pit]))
+    alone = _classify(_analysis([pit]))
     assert alone.label is Label.EQUIVALENT, alone.reason
     others = [_test_row(f"other-{i}:two-sample", 100, 9, 0.5) for i in range(9)]
-    ten = classify_sampling(_analysis([pit, *others]))
+    ten = _classify(_analysis([pit, *others]))
     assert ten.label is Label.INCONCLUSIVE, ten.reason
     assert ten.evidence["power_alpha"] == pytest.approx(0.001)
     assert "seeds" in ten.reason  # how many would reach the power

@@ -8,7 +8,8 @@ from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.records import Judgement
 from equiv.records.verdict import Label
 from equiv.verdicts.chain import chain_probs, pit_position
-from equiv.verdicts.prompt_analysis import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling
 from equiv.verdicts.stats import (
     acceptance_rate_test,
@@ -56,20 +57,25 @@ def _records(rng, biased: bool, seeds: int = 40, length: int = 30):
     return out
 
 
+def _analyze(records, *, alpha):
+    """`analyze` of seed records as the file holds them."""
+    return analyze([Sample.from_dict(r) for r in records], alpha=alpha)
+
+
 def test_a_greedy_bias_is_a_sampler_bug_and_honest_draws_are_not():
     rng = np.random.default_rng(7)
-    honest = analyze_prompt(_records(rng, biased=False), alpha=0.01)
-    biased = analyze_prompt(_records(rng, biased=True), alpha=0.01)
+    honest = _analyze(_records(rng, biased=False), alpha=0.01)
+    biased = _analyze(_records(rng, biased=True), alpha=0.01)
     assert classify_sampling(honest).label is not Label.SAMPLER_BUG
     verdict = classify_sampling(biased)
     assert verdict.label is Label.SAMPLER_BUG
     assert "differ from the placebo" in verdict.reason
-    assert any(t["name"].endswith(":vs-placebo") for t in biased["tests"] if t["p_adjusted"] < 0.01)
+    assert any(t.name.endswith(":vs-placebo") for t in biased.tests if t.p_adjusted < 0.01)
 
 
 def test_too_few_tokens_is_inconclusive_and_says_how_many_more():
     rng = np.random.default_rng(3)
-    analysis = analyze_prompt(_records(rng, biased=False, seeds=3, length=10), alpha=0.01)
+    analysis = _analyze(_records(rng, biased=False, seeds=3, length=10), alpha=0.01)
     verdict = classify_sampling(analysis)
     assert verdict.label is Label.INCONCLUSIVE
     assert "would reach" in verdict.reason
@@ -78,17 +84,17 @@ def test_too_few_tokens_is_inconclusive_and_says_how_many_more():
 
 def test_every_test_is_holm_adjusted_within_the_prompt():
     rng = np.random.default_rng(5)
-    analysis = analyze_prompt(_records(rng, biased=False, seeds=10), alpha=0.01)
-    for test in analysis["tests"]:
-        assert test["p_adjusted"] >= test["p_value"]
-    assert {t["name"] for t in analysis["tests"]} >= {
+    analysis = _analyze(_records(rng, biased=False, seeds=10), alpha=0.01)
+    for test in analysis.tests:
+        assert test.p_adjusted >= test.p_value
+    assert {t.name for t in analysis.tests} >= {
         "pit:vs-placebo",
         "top-token:vs-placebo",
         "first-token:two-sample",
     }
-    for one_sample in (analysis["placebo"]["tests"], analysis["consistency"]):  # Holm'd alone
-        assert {t["name"].split(":")[0] for t in one_sample} >= {"sampler-consistency", "top-token"}
-        assert all(t["p_adjusted"] >= t["p_value"] for t in one_sample)
+    for one_sample in (analysis.placebo.tests, analysis.consistency):  # Holm'd alone
+        assert {t.kind for t in one_sample} >= {"sampler-consistency", "top-token"}
+        assert all(t.p_adjusted >= t.p_value for t in one_sample)
 
 
 def test_a_path_that_loops_fails_distinct2():
@@ -97,9 +103,9 @@ def test_a_path_that_loops_fails_distinct2():
     records = _records(rng, biased=False, seeds=20)
     for record in records:
         record["speculative"]["tokens"] = [record["speculative"]["tokens"][0], 1] * 15
-    tests = {t["name"]: t for t in analyze_prompt(records, alpha=0.01)["tests"]}
-    assert tests["distinct-2:two-sample"]["p_value"] < 1e-6
-    assert tests["first-token:two-sample"]["p_value"] > 0.01
+    tests = {t.name: t for t in _analyze(records, alpha=0.01).tests}
+    assert tests["distinct-2:two-sample"].p_value < 1e-6
+    assert tests["first-token:two-sample"].p_value > 0.01
 
 
 def _rejection_sampled(rule, n: int = 1500, seed: int = 3):

@@ -14,7 +14,8 @@ import pytest
 
 from equiv.config import SamplingConfig
 from equiv.verdicts.chain import chain_distribution
-from equiv.verdicts.prompt_analysis import analyze_prompt
+from equiv.verdicts.prompt_analysis import analyze
+from equiv.verdicts.samples import Sample
 from equiv.verdicts.stats import randomized_pit, temperature_test
 from equiv.verdicts.token_evidence import chain_pit, chain_sensitivity
 
@@ -203,17 +204,17 @@ def _record(rng, seed, colder_speculative):
 def test_a_prompts_analysis_runs_the_temperature_test_on_each_path_that_recorded_it():
     rng = np.random.default_rng(8)
     records = [_record(rng, seed, colder_speculative=True) for seed in range(1, 9)]
-    analysis = analyze_prompt(records, alpha=ALPHA)
-    alone = {t["name"]: t for t in analysis["consistency"]}
-    placebo = {t["name"]: t for t in analysis["placebo"]["tests"]}
-    assert alone["temperature:speculative"]["p_adjusted"] < ALPHA
-    assert alone["temperature:speculative"]["statistic"] > 0  # colder
-    assert placebo["temperature:baseline"]["p_adjusted"] > ALPHA
-    against = {t["name"]: t for t in analysis["tests"]}["temperature:vs-placebo"]
-    assert against["p_adjusted"] < ALPHA
-    assert against["statistic"] > 0  # colder than the placebo
+    analysis = analyze([Sample.from_dict(r) for r in records], alpha=ALPHA)
+    alone = {t.name: t for t in analysis.consistency}
+    placebo = {t.name: t for t in analysis.placebo.tests}
+    assert alone["temperature:speculative"].p_adjusted < ALPHA
+    assert alone["temperature:speculative"].statistic > 0  # colder
+    assert placebo["temperature:baseline"].p_adjusted > ALPHA
+    against = {t.name: t for t in analysis.tests}["temperature:vs-placebo"]
+    assert against.p_adjusted < ALPHA
+    assert against.statistic > 0  # colder than the placebo
     del records[0]["baseline"]["chain_sensitivity"]  # a result written before the test existed
-    analysis = analyze_prompt(records, alpha=ALPHA)
-    assert "temperature:baseline" not in {t["name"] for t in analysis["placebo"]["tests"]}
-    assert "temperature:speculative" in {t["name"] for t in analysis["consistency"]}
-    assert "temperature:vs-placebo" not in {t["name"] for t in analysis["tests"]}
+    analysis = analyze([Sample.from_dict(r) for r in records], alpha=ALPHA)
+    assert "temperature:baseline" not in {t.name for t in analysis.placebo.tests}
+    assert "temperature:speculative" in {t.name for t in analysis.consistency}
+    assert "temperature:vs-placebo" not in {t.name for t in analysis.tests}

@@ -325,7 +325,7 @@ class AnalysisRecord:
     tests: tuple[Mapping[str, Any], ...] = ()
     verdict: Verdict | None = None
     mode: Mode = Mode.SAMPLING
-    # samples, alpha, same_seed_agreement, drift, charts: as `analyze_prompt` wrote them
+    # samples, alpha, same_seed_agreement, drift, charts: as `PromptAnalysis.figures` wrote them
     figures: Mapping[str, Any] = field(default_factory=dict)
 
     @property

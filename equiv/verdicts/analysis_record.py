@@ -254,7 +254,7 @@ class PromptAnalysis:
         return data
 
     def to_dict(self) -> dict[str, Any]:
-        """As `analyze_prompt` returns it: the figures, with ``tests`` after ``pipeline``."""
+        """As the analysis record holds it: the figures, with ``tests`` after ``pipeline``."""
         figures = self.figures()
         at = list(figures).index("pipeline") + 1
         items = list(figures.items())

@@ -1,7 +1,7 @@
-"""Temperature > 0: the analysis of one sampled prompt over all its seeds (`analyze_prompt`).
+"""Temperature > 0: the analysis of one sampled prompt over all its seeds (`analyze`).
 
 Per emitted token each record carries its evidence (`equiv.verdicts.token_evidence`);
-`analyze_prompt` pools all seeds of one prompt and runs:
+`analyze` pools all seeds of one prompt (`Sample`s) and runs:
 
 - the speculative samples against the placebo, the baseline's samples scored by the same
   instrument (`equiv.verdicts.placebo`): the tests that may decide ``sampler-bug``;
@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,7 +53,7 @@ from equiv.verdicts.pit_tests import (
 from equiv.verdicts.samples import Sample
 from equiv.verdicts.stats import TestResult, chi2_two_sample, ks_two_sample, mann_whitney
 
-__all__ = ["analyze", "analyze_prompt"]
+__all__ = ["analyze"]
 
 
 def _loglik(record: Sample, path: str, key: str) -> float | None:
@@ -96,19 +95,6 @@ def _drift_summary(records: Sequence[Sample]) -> PooledDrift | None:
         top1_agreement=float(np.mean([d.top1_agreement for d in drifts])),
     )
     return PooledDrift(len(drifts), pooled)
-
-
-def analyze_prompt(
-    records: Sequence[Mapping[str, Any]],
-    *,
-    alpha: float,
-    effect_w: float = 0.1,
-    has_logits: bool = True,
-) -> dict[str, Any]:
-    """`analyze` of the seeds' result records as the file holds them, the analysis as the
-    file's analysis record holds it (with its ``tests``)."""
-    samples = [Sample.from_dict(r) for r in records]
-    return analyze(samples, alpha=alpha, effect_w=effect_w, has_logits=has_logits).to_dict()
 
 
 def analyze(

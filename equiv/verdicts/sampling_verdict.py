@@ -1,4 +1,4 @@
-"""The verdict at temperature > 0, from one prompt's analysis (`prompt_analysis.analyze_prompt`).
+"""The verdict at temperature > 0, from one prompt's analysis (`prompt_analysis.analyze`).
 
 Every rule reads a comparison with the *placebo*: the baseline's own samples through the very
 pipeline the speculative samples go through (the same rows, re-scored the same way). A test of
@@ -35,9 +35,8 @@ Where the placebo itself rejects its rows, the reason says what the instrument c
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.analysis_record import (
@@ -82,17 +81,10 @@ def _shown(test: ScoredTest, alpha: float) -> str:
     )
 
 
-def _typed(analysis: PromptAnalysis | Mapping[str, Any]) -> PromptAnalysis:
-    """The analysis, read from its record where given as the file (or `analyze_prompt`) holds
-    it."""
-    return analysis if isinstance(analysis, PromptAnalysis) else PromptAnalysis.from_dict(analysis)
-
-
-def needs_batched_evidence(analysis: PromptAnalysis | Mapping[str, Any]) -> bool:
+def needs_batched_evidence(analysis: PromptAnalysis) -> bool:
     """Whether a test of the speculative samples against the placebo rejects at the prompt's
     level: over HTTP, where both are scored under single-token rows, `classify_sampling` then
     asks whether batched rows explain it (`PromptAnalysis.batched`)."""
-    analysis = _typed(analysis)
     return any(
         t.p_adjusted < analysis.alpha
         for kind in VS_PLACEBO
@@ -184,14 +176,13 @@ def _power(analysis: PromptAnalysis) -> tuple[PowerEvidence, int, int, str]:
 
 
 def classify_sampling(
-    analysis: PromptAnalysis | Mapping[str, Any],
+    analysis: PromptAnalysis,
     *,
     differences: Sequence[str] = (),
     has_logits: bool = True,
 ) -> Verdict:
     """The verdict of one sampled prompt (the rules in order: this module's docstring).
-    ``analysis``: `prompt_analysis.analyze`'s, or as `analyze_prompt` (the file) holds it."""
-    analysis = _typed(analysis)
+    ``analysis``: `prompt_analysis.analyze`'s, or `PromptAnalysis.from_dict` of the file's."""
     alpha = analysis.alpha
     tests = analysis.tests
     rejects = rejected(tests, alpha)
