@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from equiv.errors import ConfigError
 
@@ -37,6 +37,7 @@ __all__ = [
     "ModelSpec",
     "RunConfig",
     "SamplingConfig",
+    "Setting",
     "fingerprint_digest",
     "load_toml",
     "validate_quality_margin",
@@ -54,6 +55,10 @@ BUILTIN_PAIRS = {
 }
 # Quant name -> llama_ftype value (llama.h); the types that requantize from Q4_K_M in seconds.
 DRAFT_QUANTS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q8_0": 7, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_S": 14}
+
+#: The value of one setting given by name: a speculative-path override or an engine option (a
+#: run option's value as the command line or TOML types it).
+Setting: TypeAlias = str | int | float | bool
 
 
 class Mode(str, enum.Enum):
@@ -261,11 +266,11 @@ class RunConfig:
     # Settings of the speculative path that differ from the baseline's, to reproduce a user's
     # two setups (e.g. ("target", "other-quant.gguf"), ("n_ctx", 512), ("top_p", 0.9)). Such a
     # run is a misconfiguration by construction, and the classifier says so.
-    spec_overrides: tuple[tuple[str, Any], ...] = ()
+    spec_overrides: tuple[tuple[str, Setting], ...] = ()
     # Options of the engine itself (e.g. the server engine's binary or URLs), as (name, value)
     # pairs: they reach the factory inside the config, so the header records them and
     # ``--resume`` checks them like every other setting.
-    engine_options: tuple[tuple[str, Any], ...] = ()
+    engine_options: tuple[tuple[str, Setting], ...] = ()
 
     def __post_init__(self) -> None:
         if self.n_ctx < 16:
@@ -307,6 +312,7 @@ class RunConfig:
         """The configuration one path actually runs with (overrides applied on speculative)."""
         if not speculative or not self.spec_overrides:
             return self
+        # dataclasses.replace's keywords: each value has its own field's type, not one for all
         plain: dict[str, Any] = {}
         sampling: dict[str, Any] = {}
         for key, value in self.spec_overrides:

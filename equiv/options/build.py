@@ -9,7 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig, validate_sampling
+from equiv.config import (
+    DraftConfig,
+    Mode,
+    RunConfig,
+    SamplingConfig,
+    Setting,
+    validate_sampling,
+)
 from equiv.errors import ConfigError
 from equiv.options.config_file import merge_toml
 from equiv.options.table import RUN_OPTIONS, on_off, split_list
@@ -20,12 +27,12 @@ if TYPE_CHECKING:
 __all__ = ["build_config", "engine_options", "spec_overrides"]
 
 
-def spec_overrides(entries: Any) -> tuple[tuple[str, Any], ...]:
+def spec_overrides(entries: Any) -> tuple[tuple[str, Setting], ...]:
     """``["n_ctx=1024", "temp=0.7"]`` -> ``(("n_ctx", 1024), ("temp", 0.7))``, each value of the
     type its run option has (``RunConfig`` then refuses a key it cannot override)."""
     by_dest = {o.dest: o for o in RUN_OPTIONS}
     by_dest["n_threads"] = by_dest["threads"]
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, Setting]] = []
     for entry in split_list(entries):
         key, sep, raw = entry.partition("=")
         key = key.strip().replace("-", "_")
@@ -34,7 +41,7 @@ def spec_overrides(entries: Any) -> tuple[tuple[str, Any], ...]:
         opt = by_dest.get(key)
         try:
             if opt is not None and opt.flag:
-                value: Any = on_off(raw)
+                value: Setting = on_off(raw)
             elif opt is not None:
                 value = opt.type(raw.strip())
             else:  # a sampling field without a run option of its own (typical_p, ...)
@@ -47,12 +54,12 @@ def spec_overrides(entries: Any) -> tuple[tuple[str, Any], ...]:
 
 def engine_options(
     values: Mapping[str, Any], engine: str, *, workdir: str | Path | None = None
-) -> tuple[tuple[str, Any], ...]:
+) -> tuple[tuple[str, Setting], ...]:
     """The options of ``engine`` among merged option values, as `RunConfig.engine_options`;
     an option of another engine given a value is an error. ``workdir`` (where the run writes)
     lets an engine keep its logs beside the results."""
     name = engine.partition(":")[0]
-    own: list[tuple[str, Any]] = []
+    own: list[tuple[str, Setting]] = []
     for opt in RUN_OPTIONS:
         if opt.engine is None:
             continue

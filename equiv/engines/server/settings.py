@@ -137,5 +137,8 @@ def settings_for(config: RunConfig) -> ServerSettings:
     environment (`ServerSettings.from_env`)."""
     options = dict(config.engine_options)
     if any(options.get(name) for name in _SERVER_OPTIONS):
-        return ServerSettings.from_options(options, log_dir=options.get("log_dir"))
+        log_dir = options.get("log_dir")
+        return ServerSettings.from_options(
+            options, log_dir=None if log_dir is None else str(log_dir)
+        )
     return ServerSettings.from_env()
