@@ -49,8 +49,8 @@ def correct_paths(config: RunConfig, prompts: list[Any], engine: str, out: Path)
     diverged = [r for r in records if not r["comparison"]["identical"]]
     labels = Counter(verdict_of(r).label.value for r in diverged)
     cost = [r["rescore_cost"] for r in records if "rescore_cost" in r]
-    bounds = [verdict_of(r).evidence.get("drift_bound") for r in diverged]
-    bounds = [b["bound"] for b in bounds if b]
+    found = [verdict_of(r).evidence.get("drift_bound") for r in diverged]
+    bounds = [b["bound"] for b in found if b]
     print(f"\n## {engine}: {len(records)} prompts, {len(diverged)} diverged, wall {wall:.0f} s")
     print(f"labels of the divergences: {dict(labels)}")
     if bounds:
