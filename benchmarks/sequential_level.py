@@ -41,7 +41,7 @@ from equiv.verdicts.chain import chain_distribution
 from equiv.verdicts.prompt_analysis import analyze
 from equiv.verdicts.samples import PathSample, Sample
 from equiv.verdicts.sampling_verdict import classify_sampling
-from equiv.verdicts.stats.sequential import schedule
+from equiv.verdicts.stats.sequential import schedule, stops
 from equiv.verdicts.token_evidence import chain_evidence
 
 VOCAB = 48
@@ -162,7 +162,7 @@ def one_run(samples: list[Sample], looks: int, alpha: float, every_size: bool) -
     for look in schedule(len(samples), looks):
         label = judge(samples[: look.seeds], alpha * look.share)
         any_rejects |= label in REJECTING
-        if stop is None and (label is not Label.INCONCLUSIVE or look.last):
+        if stop is None and stops(label, look):
             stop = (label, look.seeds)
         if every_size and not look.last:
             fixed_at[look.seeds] = judge(samples[: look.seeds], alpha)

@@ -15,7 +15,7 @@ from equiv.run.runner import Runner
 from equiv.verdicts.prompt_analysis import analyze
 from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling
-from equiv.verdicts.stats.sequential import MIN_SEEDS, Stopping, schedule
+from equiv.verdicts.stats.sequential import MIN_SEEDS, Stopping, schedule, stops
 
 
 @pytest.mark.parametrize("budget", [1, 7, 8, 15, 16, 31, 64, 150, 600, 601])
@@ -53,7 +53,15 @@ def test_stopping_round_trips_and_says_why():
     assert Stopping.from_dict(stop.to_dict()) == stop
     assert "look 2 of 4 after 38 of 150 seeds (conclusive" in stop.reason
     spent = dataclasses.replace(stop, look=4, seeds=150, conclusive=False)
-    assert "budget spent, not conclusive" in spent.reason
+    assert "budget spent" in spent.reason
+
+
+@pytest.mark.parametrize("label", list(Label))
+def test_only_a_verdict_more_seeds_cannot_overturn_stops_a_prompt_early(label):
+    first, last = schedule(64, 4)[0], schedule(64, 4)[-1]
+    overturnable = label in (Label.NUMERIC_DRIFT, Label.INCONCLUSIVE)
+    assert stops(label, first) is not overturnable
+    assert stops(label, last)  # the last look judges whatever it says
 
 
 def test_a_config_without_looks_is_refused(model_pair):

@@ -32,7 +32,6 @@ from equiv.records import (
     ResultsFile,
 )
 from equiv.records.machine import Machine
-from equiv.records.verdict import Label
 from equiv.run.evidence import Evidence, SampleEvidence
 from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
@@ -44,7 +43,7 @@ from equiv.verdicts.graders import grade_pair
 from equiv.verdicts.prompt_analysis import analyze
 from equiv.verdicts.samples import Sample
 from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
-from equiv.verdicts.stats.sequential import Look, Stopping, schedule
+from equiv.verdicts.stats.sequential import STOPPING_LABELS, Look, Stopping, schedule, stops
 from equiv.verdicts.summary import summarize
 
 __all__ = [
@@ -335,8 +334,8 @@ class Runner:
         on_result: ProgressFn | None,
     ) -> tuple[list[ResultRecord], list[AnalysisRecord]]:
         """Sampling with ``looks`` > 1: the seeds in rounds (`sequential.schedule`); after each
-        round every prompt still running is judged on the seeds it has, and stops at its first
-        conclusive look (the last look judges it whatever it says). Every decision is a pure
+        round every prompt still running is judged on the seeds it has, and stops at the first
+        look that `sequential.stops` it (the last look always does). Every decision is a pure
         function of the file's results, so a resumed run decides as the interrupted one did."""
         by_prompt: dict[str, list[PlanItem]] = {}
         for item in items:
@@ -399,9 +398,9 @@ class Runner:
         verdict = classify_sampling(analysis, differences=self.differences, has_logits=has_logits)
         figures = analysis.figures()
         if look is not None:
-            conclusive = verdict.label is not Label.INCONCLUSIVE
-            if not conclusive and not look.last:
+            if not stops(verdict.label, look):
                 return None
+            conclusive = verdict.label in STOPPING_LABELS
             stopping = Stopping(
                 look=look.index,
                 looks=look.of,

@@ -9,6 +9,13 @@ looks: valid under optional stopping without assuming how the looks' statistics 
 Half the level is kept for the last look, so a prompt that runs to the end loses little power
 against a fixed-size test; the other half is split equally among the earlier looks.
 
+A look stops a prompt only on a verdict more seeds cannot overturn by the same rules:
+`sampler-bug`, `misconfiguration` or `equivalent` (`stops`). `numeric-drift` at an early look
+is a rejection whose cause more seeds may yet show to be the sampler's (on simulated prompts a
+sampler 18 % too cold was first labelled so at 16 of 100 early stops), so the prompt runs on,
+and the last look's verdict stands. Running on after a rejection keeps the level: the union
+bound covers every look, judged or not.
+
 The rounds double: with a budget of 600 seeds and 4 looks, the looks come at 75, 150, 300 and
 600 seeds. A look never has fewer than `MIN_SEEDS` seeds (a smaller budget has fewer looks).
 """
@@ -20,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from equiv.errors import ConfigError
+from equiv.records.verdict import Label
 
-__all__ = ["MIN_SEEDS", "Look", "Stopping", "schedule"]
+__all__ = ["MIN_SEEDS", "STOPPING_LABELS", "Look", "Stopping", "schedule", "stops"]
 
 #: The fewest seeds a look judges: below this no test of ours has useful power.
 MIN_SEEDS = 8
@@ -40,6 +48,15 @@ class Look:
     @property
     def last(self) -> bool:
         return self.index == self.of
+
+
+#: The verdicts that stop a prompt at an early look.
+STOPPING_LABELS = frozenset({Label.SAMPLER_BUG, Label.MISCONFIGURATION, Label.EQUIVALENT})
+
+
+def stops(label: Label, look: Look) -> bool:
+    """Whether a prompt judged ``label`` at ``look`` stops there (the last look always does)."""
+    return look.last or label in STOPPING_LABELS
 
 
 def schedule(budget: int, looks: int) -> tuple[Look, ...]:
@@ -68,7 +85,7 @@ class Stopping:
 
     look / looks: the look that decided and how many were planned; seeds / budget: the seeds
     judged and the most allowed; alpha: the level of the deciding look; conclusive: whether it
-    stopped on a conclusive verdict (else the budget was spent)."""
+    stopped on a verdict of `STOPPING_LABELS` (else the budget was spent)."""
 
     look: int
     looks: int
@@ -79,7 +96,7 @@ class Stopping:
 
     @property
     def reason(self) -> str:
-        why = "conclusive" if self.conclusive else "budget spent, not conclusive"
+        why = "conclusive" if self.conclusive else "budget spent"
         return (
             f"stopped at look {self.look} of {self.looks} after {self.seeds} of {self.budget} "
             f"seeds ({why}; this look tests at alpha {self.alpha:.3g})"
