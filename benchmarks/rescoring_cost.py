@@ -11,6 +11,7 @@
 
     python benchmarks/rescoring_cost.py --server-bin PATH [--temp 0.8] [--seeds 64]
         [--prompts chat/capital_france,code/fib_lt,...] [--max-tokens 48] [--concurrency 4]
+        [--threads N] [--no-reuse: ask every single-token row, as before rows were reused]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
+from equiv.engines.server import rescore
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.settings import ServerSettings
 from equiv.models.pair import resolve_pair
@@ -106,11 +108,24 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--sample-tokens", type=int, default=64)
     parser.add_argument("--skip-per-request", action="store_true")
+    parser.add_argument("--threads", type=int, help="llama-server threads (default: every core)")
+    parser.add_argument(
+        "--no-reuse",
+        action="store_true",
+        help="ask every single-token row, even of a context asked before (the old behaviour)",
+    )
     args = parser.parse_args()
+    if args.no_reuse:
+        rescore.CACHE_ROWS = 0
     pair = resolve_pair()
     prompts = args.prompts.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        base = RunConfig(target=pair.target, draft=pair.draft, max_tokens=args.max_tokens)
+        base = RunConfig(
+            target=pair.target,
+            draft=pair.draft,
+            max_tokens=args.max_tokens,
+            **({"n_threads": args.threads} if args.threads else {}),
+        )
         if not args.skip_per_request:
             per_request(base, args.server_bin, prompts[0], args.sample_tokens, Path(tmp))
         options = (
