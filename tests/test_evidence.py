@@ -37,13 +37,16 @@ def test_evidence_rescores_single_token_on_the_baseline_and_batched_on_the_batch
     assert evidence.take_cost() is None  # no engine counts
 
 
-def test_evidence_takes_the_cost_only_where_requests_were_made():
+def test_evidence_takes_the_cost_only_where_rows_were_asked():
     base, spec = Served(), Served("speculative")
     evidence = Evidence(base, spec, CONFIG)
     assert evidence.take_cost() is None
     evidence.rescore([1], [2, 3], True)
     assert spec.asked == []  # the baseline server re-scores batched
     assert evidence.take_cost() == RescoreCost(requests=2, rows=2)
+    # rows given again from earlier requests, without a request of their own, still count
+    base.cost = RescoreCost(rows=3, rows_reused=3)
+    assert evidence.take_cost() == RescoreCost(rows=3, rows_reused=3)
 
 
 def test_without_rescoring_nothing_can_be_redone_or_rescored():

@@ -97,9 +97,9 @@ class Evidence:
 
     def take_cost(self) -> RescoreCost | None:
         """What this thread's re-scoring cost since last asked, for engines that count it
-        (servers); None where nothing was asked."""
+        (servers); None where no row was asked (rows reused from earlier requests count)."""
         total = rescore_cost((self.baseline, self.speculative))
-        return total if total is not None and total.requests else None
+        return total if total is not None and (total.requests or total.rows) else None
 
     # -- temp 0 ------------------------------------------------------------------------------
     def drift_placebo(self, prompt: Sequence[int], base: Generation) -> ArgmaxFlips | None:
