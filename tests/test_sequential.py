@@ -107,3 +107,22 @@ def test_a_gross_fault_stops_early_and_a_rerun_decides_the_same(model_pair, tmp_
     with Runner(config, load_factory("reference:greedy"), path) as runner:
         assert runner.run(plan(prompts, config), resume=True) == []
     assert len(ResultsFile(path).results()) == stop.seeds
+
+    # interrupted inside the first round, resumed: the same seeds, the same decision
+    again_path = tmp_path / "again.jsonl"
+
+    def interrupt(item, record, done, total):
+        if done == 5:
+            raise KeyboardInterrupt
+
+    factory = load_factory("reference:greedy")
+    with Runner(config, factory, again_path) as runner, pytest.raises(KeyboardInterrupt):
+        runner.run(plan(prompts, config), on_result=interrupt)
+    assert ResultsFile(again_path).analyses() == []
+    with Runner(config, load_factory("reference:greedy"), again_path) as runner:
+        runner.run(plan(prompts, config), resume=True)
+    (resumed,) = ResultsFile(again_path).analyses()
+    assert resumed.figures["stopping"] == analysis.figures["stopping"]
+    assert resumed.judged.label is analysis.judged.label
+    tokens = [r.speculative.tokens for r in ResultsFile(again_path).results()]
+    assert tokens == [r.speculative.tokens for r in results]
