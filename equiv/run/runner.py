@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -337,9 +337,7 @@ class Runner:
         round every prompt still running is judged on the seeds it has, and stops at the first
         look that `sequential.stops` it (the last look always does). Every decision is a pure
         function of the file's results, so a resumed run decides as the interrupted one did."""
-        by_prompt: dict[str, list[PlanItem]] = {}
-        for item in items:
-            by_prompt.setdefault(item.prompt.key, []).append(item)
+        by_prompt = _by_prompt(items)
         analysed = {a.key for a in self.results.read().analyses}
         running = [key for key in by_prompt if f"{key}::sampling" not in analysed]
         todo = {item.key for item in left.todo}
@@ -353,8 +351,9 @@ class Runner:
                 step = dataclasses.replace(left, todo=tuple(batch), determinism=first)
                 results += self._run_todo(step, prompt_tokens, on_result)
                 todo -= {i.key for i in batch}
+            done = {r.key: r for r in self.results.read().results}  # once per look
             for key in list(running):
-                record = self._analyze_prompt(by_prompt[key][: look.seeds], look)
+                record = self._analyze_prompt(by_prompt[key][: look.seeds], done, look)
                 if record is not None:
                     analyses.append(record)
                     running.remove(key)
@@ -362,26 +361,27 @@ class Runner:
 
     def _analyze(self, items: Sequence[PlanItem]) -> list[AnalysisRecord]:
         """One analysis record per prompt whose seeds are all done and not yet analysed."""
-        analysed = {a.key for a in self.results.read().analyses}
+        contents = self.results.read()
+        analysed = {a.key for a in contents.analyses}
+        done = {r.key: r for r in contents.results}
         out = []
-        by_prompt: dict[str, list[PlanItem]] = {}
-        for item in items:
-            by_prompt.setdefault(item.prompt.key, []).append(item)
-        for key, group in by_prompt.items():
+        for key, group in _by_prompt(items).items():
             if f"{key}::sampling" not in analysed:
-                record = self._analyze_prompt(group)
+                record = self._analyze_prompt(group, done)
                 if record is not None:
                     out.append(record)
         return out
 
     def _analyze_prompt(
-        self, group: Sequence[PlanItem], look: Look | None = None
+        self,
+        group: Sequence[PlanItem],
+        done: Mapping[str, ResultRecord],
+        look: Look | None = None,
     ) -> AnalysisRecord | None:
-        """The analysis of one prompt over the seeds of ``group``, appended to the file; None
-        where a seed is missing, or where ``look`` is not the last and the verdict is not
-        conclusive (the prompt then runs on)."""
+        """The analysis of one prompt over the seeds of ``group`` (their results in ``done``,
+        the file's by key), appended to the file; None where a seed is missing, or where
+        ``look`` does not stop the prompt (it then runs on)."""
         key = group[0].prompt.key
-        done = {r.key: r for r in self.results.read().results}
         samples = [Sample.of(done[i.key]) for i in group if i.key in done]
         if len(samples) < len(group):
             return None
@@ -462,3 +462,11 @@ class Runner:
                 event=Control.SELF_DRAFT.value, ok=ok, detail=detail, extra={"acceptance": rate}
             )
         )
+
+
+def _by_prompt(items: Sequence[PlanItem]) -> dict[str, list[PlanItem]]:
+    """The plan's items by prompt key, each prompt's in plan (seed) order."""
+    by_prompt: dict[str, list[PlanItem]] = {}
+    for item in items:
+        by_prompt.setdefault(item.prompt.key, []).append(item)
+    return by_prompt
