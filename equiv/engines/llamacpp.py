@@ -30,37 +30,18 @@ from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.engines.chat import BUILTIN_TEMPLATES, apply_builtin_template
 from equiv.engines.draft import GGUFDraftModel, last_row
+from equiv.engines.llama_load import load_llama
 from equiv.engines.replay import Checkpoint, Replay, cannot_roll_back, decode
 from equiv.errors import EngineError, ModelError
 from equiv.models.gguf import read_gguf_info
-from equiv.models.quiet import quiet_stderr
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
 
 __all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine"]
 
 
-def _load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any) -> Any:
-    try:
-        with quiet_stderr():
-            return llama_cpp.Llama(
-                model_path=path,
-                n_ctx=config.n_ctx,
-                n_batch=config.n_batch,
-                n_ubatch=config.n_ubatch,
-                n_threads=config.n_threads,
-                n_threads_batch=config.n_threads,
-                flash_attn=config.flash_attn,
-                logits_all=logits_all,
-                seed=1,
-                verbose=False,
-                **kwargs,
-            )
-    except (ValueError, RuntimeError) as exc:
-        raise ModelError(
-            f"llama.cpp could not load {path!r} ({exc}); check that it is a complete GGUF file "
-            f"of an architecture llama-cpp-python {llama_cpp.__version__} supports"
-        ) from None
+#: Kept under this name for engines built on this module.
+_load_llama = load_llama
 
 
 #: The context's last output row (kept under this name for engines built on this module).

@@ -1,0 +1,114 @@
+"""Loading a GGUF into llama-cpp-python: one copy of a file's weights per process.
+
+Why: the baseline and the speculative path each need a context of their own on the *same*
+target (different output settings, different caches), and llama-cpp-python's `Llama` loads its
+own model every time. Two loads of one file map it twice, and the resident pages count twice:
+the bundled 253 MB target cost 506 MB of resident memory for one set of weights. llama.cpp
+itself lets many contexts share one model (its weights are read-only during inference), so
+`load_llama` hands a second `Llama` on the same file the model the first one loaded; the model is
+freed when the last `Llama` using it is closed. Numerics do not change: each context still has
+its own KV cache, compute buffers and threads over identical weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import llama_cpp
+from llama_cpp import _internals
+
+from equiv.config import RunConfig
+from equiv.errors import ModelError
+from equiv.models.quiet import quiet_stderr
+
+__all__ = ["load_llama", "shared_models"]
+
+_lock = threading.RLock()
+#: Loaded models by file identity: (the llama-cpp-python model wrapper, its user count).
+_models: dict[tuple[str, int, int], list[Any]] = {}
+
+
+class _SharedModel:
+    """What a `Llama` holds as its model when the model is shared: the loaded wrapper, except
+    that ``close`` frees it only when its last user closes."""
+
+    def __init__(self, key: tuple[str, int, int]) -> None:
+        self._key = key
+        self._inner = _models[key][0]
+        self._open = True
+        _models[key][1] += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def close(self) -> None:
+        with _lock:
+            if not self._open:
+                return
+            self._open = False
+            entry = _models[self._key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _models[self._key]
+                self._inner.close()
+
+
+def _identity(path: str) -> tuple[str, int, int]:
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+@contextlib.contextmanager
+def _sharing(key: tuple[str, int, int]) -> Iterator[None]:
+    """While a `Llama` is constructed, its model is the shared one for ``key`` (loaded on first
+    use). The lock keeps the swap of llama-cpp-python's model class to one construction."""
+    loader = _internals.LlamaModel
+
+    def model(**kwargs: Any) -> _SharedModel:
+        if key not in _models:
+            _models[key] = [loader(**kwargs), 0]
+        return _SharedModel(key)
+
+    with _lock:
+        vars(_internals)["LlamaModel"] = model  # what llama.py's `Llama` calls to load
+        try:
+            yield
+        finally:
+            vars(_internals)["LlamaModel"] = loader
+
+
+def shared_models() -> dict[str, int]:
+    """The models loaded now, by path, with the number of `Llama` objects using each."""
+    with _lock:
+        return {key[0]: users for key, (_, users) in _models.items()}
+
+
+def load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any) -> Any:
+    """A `Llama` over ``path`` with the run's context settings; its weights are shared with any
+    other open `Llama` on the same file (unless ``kwargs`` set more than the draft model: other
+    keywords may change how the model itself loads)."""
+    try:
+        share = _sharing(_identity(path)) if set(kwargs) <= {"draft_model"} else None
+        with quiet_stderr(), share or contextlib.nullcontext():
+            return llama_cpp.Llama(
+                model_path=path,
+                n_ctx=config.n_ctx,
+                n_batch=config.n_batch,
+                n_ubatch=config.n_ubatch,
+                n_threads=config.n_threads,
+                n_threads_batch=config.n_threads,
+                flash_attn=config.flash_attn,
+                logits_all=logits_all,
+                seed=1,
+                verbose=False,
+                **kwargs,
+            )
+    except (ValueError, RuntimeError, OSError) as exc:
+        raise ModelError(
+            f"llama.cpp could not load {path!r} ({exc}); check that it is a complete GGUF file "
+            f"of an architecture llama-cpp-python {llama_cpp.__version__} supports"
+        ) from None

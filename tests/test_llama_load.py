@@ -1,0 +1,102 @@
+"""One copy of a GGUF's weights per process: `load_llama` shares a loaded model between the
+`Llama` objects on one file, frees it with the last of them, and changes no output."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from equiv.config import RunConfig
+from equiv.engines.llama_load import load_llama, shared_models
+from equiv.errors import ModelError
+
+llama_cpp = pytest.importorskip("llama_cpp")
+
+pytestmark = pytest.mark.model
+
+PROMPT = b"The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def config() -> RunConfig:
+    from equiv.models.pair import resolve_pair
+
+    pair = resolve_pair(pair="hybrid")  # tiny files, built in seconds and cached
+    return RunConfig(target=pair.target, draft=pair.draft, n_ctx=256, n_threads=1)
+
+
+def _greedy(llm: Any, n: int = 12) -> tuple[list[int], np.ndarray]:
+    """``n`` greedy tokens after `PROMPT`, and the row of the first."""
+    llm.reset()
+    tokens = llm.tokenize(PROMPT, add_bos=True)
+    llm.eval(tokens)
+    first = np.array(llm.scores[len(tokens) - 1], copy=True)
+    out = []
+    for _ in range(n):
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(token)
+        llm.eval([token])
+    return out, first
+
+
+def test_two_contexts_on_one_file_share_its_model_until_the_last_closes(config: RunConfig) -> None:
+    path = config.draft.path
+    assert path not in shared_models()
+    first = load_llama(path, config, logits_all=True)
+    second = load_llama(path, config, logits_all=False)
+    try:
+        assert shared_models()[os.path.realpath(path)] == 2
+        assert first._model._inner is second._model._inner  # one llama_model, two contexts
+        assert first._ctx.ctx != second._ctx.ctx
+        first.close()
+        assert list(shared_models().values()) == [1]
+        # the survivor still runs on the shared weights after the first one closed
+        tokens = second.tokenize(PROMPT, add_bos=True)
+        second.eval(tokens)
+        assert np.isfinite(second.scores[0]).all()
+    finally:
+        first.close()
+        second.close()
+    assert shared_models() == {}
+
+
+def test_a_shared_model_gives_the_rows_and_tokens_of_a_model_of_its_own(config: RunConfig) -> None:
+    own = llama_cpp.Llama(
+        model_path=config.draft.path, n_ctx=256, n_threads=1, n_threads_batch=1,
+        logits_all=True, seed=1, verbose=False,
+    )  # fmt: skip
+    other = load_llama(config.draft.path, config, logits_all=True)
+    shared = load_llama(config.draft.path, config, logits_all=True)
+    try:
+        tokens_own, row_own = _greedy(own)
+        tokens_shared, row_shared = _greedy(shared)
+        assert tokens_shared == tokens_own
+        assert np.array_equal(row_shared, row_own)  # bit for bit
+        assert shared._model._inner is other._model._inner
+    finally:
+        for llm in (own, other, shared):
+            llm.close()
+
+
+def test_other_model_keywords_load_a_model_of_their_own(config: RunConfig) -> None:
+    plain = load_llama(config.draft.path, config, logits_all=False)
+    separate = load_llama(config.draft.path, config, logits_all=False, vocab_only=True)
+    try:
+        assert list(shared_models().values()) == [1]  # only `plain` is shared
+        assert separate._model is not plain._model
+    finally:
+        plain.close()
+        separate.close()
+    assert shared_models() == {}
+
+
+def test_a_file_that_is_not_a_model_is_a_clear_error(config: RunConfig, tmp_path: Any) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF not really")
+    with pytest.raises(ModelError, match="could not load") as info:
+        load_llama(str(bad), config, logits_all=False)
+    assert str(bad) in str(info.value)
+    assert shared_models() == {}
