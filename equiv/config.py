@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from equiv.errors import ConfigError
+from equiv.json_types import JSONDict, JSONObject
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,11 +79,11 @@ class ModelSpec:
     path: str
     provenance: str = "user"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelSpec:
+    def from_dict(cls, data: JSONObject) -> ModelSpec:
         return cls(path=str(data["path"]), provenance=str(data.get("provenance", "user")))
 
 
@@ -179,7 +180,7 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temp == 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -205,7 +206,7 @@ class DraftConfig:
         if not 0 <= self.p_min <= 1:
             raise ConfigError(f"p_min={self.p_min} must lie in [0, 1]; llama.cpp uses 0.75")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return dataclasses.asdict(self)
 
     @classmethod
@@ -331,7 +332,7 @@ class RunConfig:
         """The draft is the target file itself: a control whose acceptance must be ~1 at temp 0."""
         return Path(self.target.path).resolve() == Path(self.draft.path).resolve()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         data = dataclasses.asdict(self)
         data["mode"] = self.mode.value
         data["suites"] = list(self.suites)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from equiv.errors import PromptError
+from equiv.json_types import JSONDict, JSONObject
 
 __all__ = ["DEFAULT_MAX_TOKENS", "Prompt", "builtin_suite_dir", "load_suites", "resolve_suite"]
 
@@ -67,7 +68,7 @@ class Prompt:
         blob = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         data: dict[str, Any] = {"suite": self.suite, "id": self.id, "max_tokens": self.max_tokens}
         if self.text is not None:
             data["text"] = self.text
@@ -79,7 +80,7 @@ class Prompt:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, suite: str | None = None) -> Prompt:
+    def from_dict(cls, data: JSONObject, *, suite: str | None = None) -> Prompt:
         where = f"prompt {data.get('id')!r} of suite {suite or data.get('suite')!r}"
         pid = data.get("id")
         if not isinstance(pid, str) or not _ID.match(pid):

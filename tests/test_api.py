@@ -17,6 +17,7 @@ PACKAGE = Path(equiv.__file__).parent
 # The pipeline's stages, lowest first: a module may import its own stage and those below.
 STAGES = {
     "errors": 0,
+    "json_types": 0,
     "config": 1,
     "prompts": 1,
     "records": 1,

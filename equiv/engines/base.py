@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.errors import ConfigError
+from equiv.json_types import JSONDict, JSONObject, json_float, json_int
 from equiv.prompts import Prompt
 from equiv.records import Generation
 
@@ -206,11 +207,29 @@ class RescoreCost:
             rows_reused=self.rows_reused + other.rows_reused,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         out = asdict(self)
         out["server_s"] = round(self.server_s, 6)
         out["wall_s"] = round(self.wall_s, 6)
         return out
+
+    @classmethod
+    def from_dict(cls, data: JSONObject) -> RescoreCost:
+        """As `to_dict` wrote it; a count or time an older file lacks is 0."""
+
+        def count(key: str) -> int:
+            return json_int(data.get(key, 0))
+
+        return cls(
+            requests=count("requests"),
+            rows=count("rows"),
+            tokens_evaluated=count("tokens_evaluated"),
+            tokens_cached=count("tokens_cached"),
+            server_s=json_float(data.get("server_s", 0.0)),
+            wall_s=json_float(data.get("wall_s", 0.0)),
+            rows_off_path=count("rows_off_path"),
+            rows_reused=count("rows_reused"),
+        )
 
 
 @runtime_checkable

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 import gguf
 
 from equiv.errors import ModelError, VocabMismatchError
+from equiv.json_types import JSONDict, JSONObject, json_list, json_object
 
 __all__ = [
     "SPEC_VOCAB_CHECK_START_TOKEN_ID",
@@ -85,7 +86,7 @@ class GGUFInfo:
     nextn_predict_layers: int | None
     chat_template: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return asdict(self)
 
     @classmethod
@@ -104,14 +105,16 @@ class VocabReport:
     target: GGUFInfo
     draft: GGUFInfo
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {**asdict(self), "reasons": list(self.reasons), "notes": list(self.notes)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> VocabReport:
-        target, draft = GGUFInfo.from_dict(data["target"]), GGUFInfo.from_dict(data["draft"])
-        notes = tuple(data.get("notes", ()))
-        return cls(bool(data["compatible"]), tuple(data["reasons"]), notes, target, draft)
+    def from_dict(cls, data: JSONObject) -> VocabReport:
+        target = GGUFInfo.from_dict(json_object(data["target"]))
+        draft = GGUFInfo.from_dict(json_object(data["draft"]))
+        reasons = tuple(str(r) for r in json_list(data["reasons"]))
+        notes = tuple(str(n) for n in json_list(data.get("notes", ())))
+        return cls(bool(data["compatible"]), reasons, notes, target, draft)
 
 
 class _Corrupt(Exception):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from equiv.engines.base import Engine
 from equiv.errors import ConfigError, EquivError
+from equiv.json_types import JSONDict, JSONObject, json_list, json_object
 from equiv.prompts import Prompt
 from equiv.records import (
     AnalysisRecord,
@@ -124,7 +125,7 @@ class Check:
         # plugin prints the explanation in full under a failing test instead (and str() has it).
         return f"<equiv {self.key}: {self.label} (evidence: str(check))>"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """Plain data (pytest-xdist ships it from a worker to the controller)."""
         return {
             "key": self.key,
@@ -138,19 +139,21 @@ class Check:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Check:
+    def from_dict(cls, data: JSONObject) -> Check:
         record = parse_record(data["record"])
         header = parse_record(data["header"])
-        extras = [parse_record(x) for x in data["extras"]]
+        extras = [parse_record(x) for x in json_list(data["extras"])]
         assert isinstance(record, ResultRecord | AnalysisRecord)
         assert isinstance(header, HeaderRecord)
         return cls(
-            key=data["key"],
-            mode=data["mode"],
-            action=data["action"],
-            verdict=Verdict.from_dict(data["verdict"]),
+            key=str(data["key"]),
+            mode=str(data["mode"]),
+            action=str(data["action"]),
+            verdict=Verdict.from_dict(json_object(data["verdict"])),
             record=record,
-            records=tuple(ResultRecord.from_dict(r) for r in data["records"]),
+            records=tuple(
+                ResultRecord.from_dict(json_object(r)) for r in json_list(data["records"])
+            ),
             header=header,
             extras=tuple(x for x in extras if isinstance(x, EventRecord | AnalysisRecord)),
         )

@@ -11,13 +11,14 @@ fields twice (``positions``/``n``, ``mean_kl``, ``max_abs_delta_logit``); both a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from equiv.json_types import JSONDict, JSONObject
 from equiv.records.fields import Fields
 from equiv.records.generation import TokenAlternatives
 
@@ -57,7 +58,7 @@ class Drift:
             kl_rows=self.kl_rows,
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         data: dict[str, Any] = {
             "rows": self.rows,
             "kl_mean": self.kl_mean,
@@ -71,7 +72,7 @@ class Drift:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> Drift:
+    def from_dict(cls, data: JSONObject, where: str = "") -> Drift:
         f = Fields(data, where)
 
         def first(*names: str) -> str:
@@ -106,11 +107,11 @@ class ArgmaxFlips:
         flips = tuple(int(j) for j in np.flatnonzero(best != np.asarray(tokens, dtype=np.int64)))
         return cls(positions=len(tokens), flips=flips)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"positions": self.positions, "flips": list(self.flips)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> ArgmaxFlips:
+    def from_dict(cls, data: JSONObject, where: str = "") -> ArgmaxFlips:
         f = Fields(data, where)
         positions = f.integer("positions", minimum=0)
         flips = f.ints("flips")
@@ -142,7 +143,7 @@ class Divergence:
     # report name candidates by their text as well as their ID.
     top_texts: tuple[tuple[int, str], ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         data = dict(self.__dict__)
         for key in ("baseline_top", "speculative_top"):
             alt = data[key]
@@ -154,7 +155,7 @@ class Divergence:
         return token_namer(self)(token)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> Divergence:
+    def from_dict(cls, data: JSONObject, where: str = "") -> Divergence:
         f = Fields(data, where)
         tops = {
             key: TokenAlternatives.from_dict(f.data[key], f.name(key)) if f.has(key) else None
@@ -212,7 +213,7 @@ class Comparison:
     divergence: Divergence | None
     drift: Drift | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "identical": self.identical,
             "n_baseline": self.n_baseline,
@@ -226,7 +227,7 @@ class Comparison:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> Comparison:
+    def from_dict(cls, data: JSONObject, where: str = "") -> Comparison:
         f = Fields(data, where)
         opcodes = []
         for i, op in enumerate(f.array("opcodes")):

@@ -7,13 +7,14 @@ here and nowhere else: `Generation.drafted` / `accepted` / `rounds` / `decode_to
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
+from equiv.json_types import JSONDict, JSONObject
 from equiv.records.fields import FieldError, Fields, describe
 
 __all__ = [
@@ -83,11 +84,11 @@ class TokenAlternatives:
             logits=tuple(round(float(row[i]), 5) for i in order),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"ids": list(self.ids), "logits": list(self.logits)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> TokenAlternatives:
+    def from_dict(cls, data: JSONObject, where: str = "") -> TokenAlternatives:
         f = Fields(data, where)
         ids, logits = f.ints("ids"), f.numbers("logits")
         if len(ids) != len(logits):
@@ -207,7 +208,7 @@ class Generation:
         """Accepted / drafted over the rounds that ended inside the generation."""
         return self.accepted / self.drafted if self.drafted else None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "path": self.path,
             "prompt_tokens": list(self.prompt_tokens),
@@ -242,7 +243,7 @@ class Generation:
     )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> Generation:
+    def from_dict(cls, data: JSONObject, where: str = "") -> Generation:
         f = Fields(data, where)
         tokens = f.ints("tokens")
         pieces = f.strs("pieces")

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from equiv.config import Mode
 from equiv.errors import PromptError
+from equiv.json_types import JSONDict, JSONObject
 from equiv.prompts import Prompt
 from equiv.records.comparison import ArgmaxFlips, Comparison, Drift
 from equiv.records.fields import FieldError, Fields
@@ -121,7 +122,7 @@ class HeaderRecord:
         """A field by its name in the file (known or extra)."""
         return self.to_dict().get(key, default)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "kind": Kind.HEADER.value,
             "schema": self.schema,
@@ -138,7 +139,7 @@ class HeaderRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> HeaderRecord:
+    def from_dict(cls, data: JSONObject, where: str = "") -> HeaderRecord:
         f = Fields(data, where)
         schema = f.integer("schema")
         prints = f.obj("fingerprints", None)
@@ -229,7 +230,7 @@ class ResultRecord:
         """``baseline`` or ``speculative``."""
         return self.speculative if path == "speculative" else self.baseline
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         data: dict[str, Any] = {
             "kind": Kind.RESULT.value,
             "key": self.key,
@@ -256,7 +257,7 @@ class ResultRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> ResultRecord:
+    def from_dict(cls, data: JSONObject, where: str = "") -> ResultRecord:
         f = Fields(data, where)
         key = f.text("key")
         suite = f.text("suite")
@@ -334,7 +335,7 @@ class AnalysisRecord:
             return self.verdict
         return Verdict(Label.INCONCLUSIVE, "no verdict recorded for this analysis")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         data: dict[str, Any] = {
             "kind": Kind.ANALYSIS.value,
             "key": self.key,
@@ -349,7 +350,7 @@ class AnalysisRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> AnalysisRecord:
+    def from_dict(cls, data: JSONObject, where: str = "") -> AnalysisRecord:
         f = Fields(data, where)
         mode = f.text("mode", Mode.SAMPLING.value)
         if mode != Mode.SAMPLING.value:
@@ -383,7 +384,7 @@ class EventRecord:
     def failed(self) -> bool:
         return self.ok is False
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         data: dict[str, Any] = {"kind": Kind.EVENT.value, "event": self.event, "ok": self.ok}
         if self.key is not None:
             data["key"] = self.key
@@ -392,7 +393,7 @@ class EventRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> EventRecord:
+    def from_dict(cls, data: JSONObject, where: str = "") -> EventRecord:
         f = Fields(data, where)
         return cls(
             event=f.text("event"),

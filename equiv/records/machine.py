@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from equiv.json_types import JSONDict
 from equiv.records.fields import Fields
 
 __all__ = ["SIMD_FLAGS", "Machine"]
@@ -129,7 +130,7 @@ class Machine:
             out.append("llama.cpp system info differs")
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "cpu": self.cpu,
             "arch": self.arch,

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from equiv.json_types import JSONDict, JSONObject, json_object
+
 __all__ = ["Label", "Verdict", "verdict_of"]
 
 
@@ -41,12 +43,13 @@ class Verdict:
     def equivalent(self) -> bool:
         return self.label is Label.EQUIVALENT
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"label": self.label.value, "reason": self.reason, "evidence": dict(self.evidence)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        return cls(Label(data["label"]), str(data["reason"]), dict(data.get("evidence", {})))
+    def from_dict(cls, data: JSONObject) -> Verdict:
+        evidence = dict(json_object(data.get("evidence", {})))
+        return cls(Label(data["label"]), str(data["reason"]), evidence)
 
 
 def verdict_of(record: Mapping[str, Any]) -> Verdict:

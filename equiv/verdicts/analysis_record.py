@@ -16,9 +16,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from equiv.engines.base import RescoreCost
+from equiv.json_types import (
+    JSONDict,
+    JSONObject,
+    JSONValue,
+    json_float,
+    json_int,
+    json_list,
+    json_object,
+)
 from equiv.records import Drift
 from equiv.verdicts.fidelity import Fidelity
 from equiv.verdicts.stats import TestResult
@@ -35,9 +43,9 @@ __all__ = [
 ]
 
 
-def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
+def _opt_float(data: JSONObject, key: str) -> float | None:
     value = data.get(key)
-    return None if value is None else float(value)
+    return None if value is None else json_float(value)
 
 
 @dataclass(frozen=True)
@@ -69,33 +77,35 @@ class ScoredTest:
         """The first clause of ``detail``."""
         return self.detail.split(";")[0]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """As the file holds it: a `TestResult`'s fields in its order, then ``p_adjusted``."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(TestResult)}
         return {**data, "p_adjusted": self.p_adjusted}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ScoredTest:
+    def from_dict(cls, data: JSONObject) -> ScoredTest:
         df = data.get("df")
         return cls(
             name=str(data["name"]),
-            statistic=float(data["statistic"]),
-            p_value=float(data["p_value"]),
-            p_adjusted=float(data["p_adjusted"]),
-            n=int(data.get("n") or 0),
+            statistic=json_float(data["statistic"]),
+            p_value=json_float(data["p_value"]),
+            p_adjusted=json_float(data["p_adjusted"]),
+            n=json_int(data.get("n") or 0),
             detail=str(data.get("detail") or ""),
             alpha=_opt_float(data, "alpha"),
-            df=None if df is None else int(df),
+            df=None if df is None else json_int(df),
             power=_opt_float(data, "power"),
             effect=_opt_float(data, "effect"),
         )
 
 
-def _tests(rows: Sequence[Mapping[str, Any]] | None) -> tuple[ScoredTest, ...] | None:
-    return None if rows is None else tuple(ScoredTest.from_dict(t) for t in rows)
+def _tests(rows: JSONValue) -> tuple[ScoredTest, ...] | None:
+    if rows is None:
+        return None
+    return tuple(ScoredTest.from_dict(json_object(t)) for t in json_list(rows))
 
 
-def _rows(tests: Sequence[ScoredTest]) -> list[dict[str, Any]]:
+def _rows(tests: Sequence[ScoredTest]) -> list[JSONDict]:
     return [t.to_dict() for t in tests]
 
 
@@ -122,10 +132,8 @@ class Placebo:
     instrument: str | None = None
     own_rows: tuple[ScoredTest, ...] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "fidelity": None if self.fidelity is None else self.fidelity.to_dict()
-        }
+    def to_dict(self) -> JSONDict:
+        data: JSONDict = {"fidelity": None if self.fidelity is None else self.fidelity.to_dict()}
         if self.error is not None:
             data["error"] = self.error
         if self.tests is not None:
@@ -137,10 +145,10 @@ class Placebo:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Placebo:
+    def from_dict(cls, data: JSONObject) -> Placebo:
         fidelity = data.get("fidelity")
         return cls(
-            fidelity=Fidelity.from_dict(fidelity) if fidelity else None,
+            fidelity=Fidelity.from_dict(json_object(fidelity)) if fidelity else None,
             error=None if data.get("error") is None else str(data["error"]),
             tests=_tests(data.get("tests")),
             instrument=None if data.get("instrument") is None else str(data["instrument"]),
@@ -158,8 +166,8 @@ class BatchedEvidence:
     error: str | None = None
     rescore_cost: RescoreCost | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {}
+    def to_dict(self) -> JSONDict:
+        data: JSONDict = {}
         if self.error is not None:
             data["error"] = self.error
         if self.tests is not None:
@@ -169,15 +177,12 @@ class BatchedEvidence:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BatchedEvidence:
+    def from_dict(cls, data: JSONObject) -> BatchedEvidence:
         cost = data.get("rescore_cost")
-        known = set(RescoreCost.__dataclass_fields__)
         return cls(
             tests=_tests(data.get("tests")),
             error=None if data.get("error") is None else str(data["error"]),
-            rescore_cost=None
-            if cost is None
-            else RescoreCost(**{k: v for k, v in cost.items() if k in known}),
+            rescore_cost=None if cost is None else RescoreCost.from_dict(json_object(cost)),
         )
 
 
@@ -189,12 +194,22 @@ class PooledDrift:
     samples: int
     drift: Drift
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"samples": self.samples, **self.drift.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PooledDrift:
-        return cls(int(data.get("samples") or 0), Drift.from_dict(data, "drift"))
+    def from_dict(cls, data: JSONObject) -> PooledDrift:
+        return cls(json_int(data.get("samples") or 0), Drift.from_dict(data, "drift"))
+
+
+def _counts(values: JSONValue) -> list[float]:
+    """A histogram's counts as the file holds them (integers stay integers)."""
+    counts: list[float] = []
+    for x in json_list(values):
+        if not isinstance(x, int | float):
+            raise TypeError(f"expected a number, found {type(x).__name__}")
+        counts.append(x)
+    return counts
 
 
 @dataclass(frozen=True)
@@ -205,15 +220,26 @@ class Charts:
     pit_hist: Mapping[str, Mapping[str, Sequence[float]]] = field(default_factory=dict)
     first_token: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> JSONDict:
         return {
             "pit_hist": {path: dict(hist) for path, hist in self.pit_hist.items()},
             "first_token": {path: dict(counts) for path, counts in self.first_token.items()},
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Charts:
-        return cls(data.get("pit_hist") or {}, data.get("first_token") or {})
+    def from_dict(cls, data: JSONObject) -> Charts:
+        hists = json_object(data.get("pit_hist") or {})
+        firsts = json_object(data.get("first_token") or {})
+        return cls(
+            {
+                path: {name: _counts(values) for name, values in json_object(hist).items()}
+                for path, hist in hists.items()
+            },
+            {
+                path: {token: json_int(n) for token, n in json_object(counts).items()}
+                for path, counts in firsts.items()
+            },
+        )
 
 
 @dataclass(frozen=True)
@@ -235,9 +261,9 @@ class PromptAnalysis:
     rescore_errors: tuple[str, ...] = ()
     batched: BatchedEvidence | None = None
 
-    def figures(self) -> dict[str, Any]:
+    def figures(self) -> JSONDict:
         """What the analysis record holds beside its tests, in the file's order."""
-        data: dict[str, Any] = {}
+        data: JSONDict = {}
         if self.rescore_errors:
             data["rescore_errors"] = list(self.rescore_errors)
         data.update(samples=self.samples, alpha=self.alpha, pipeline=dict(self.pipeline))
@@ -253,7 +279,7 @@ class PromptAnalysis:
             data["batched"] = self.batched.to_dict()
         return data
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         """As the analysis record holds it: the figures, with ``tests`` after ``pipeline``."""
         figures = self.figures()
         at = list(figures).index("pipeline") + 1
@@ -261,20 +287,20 @@ class PromptAnalysis:
         return dict([*items[:at], ("tests", _rows(self.tests)), *items[at:]])
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PromptAnalysis:
+    def from_dict(cls, data: JSONObject) -> PromptAnalysis:
         placebo = data.get("placebo")
         drift = data.get("drift")
         batched = data.get("batched")
         return cls(
-            samples=int(data.get("samples") or 0),
-            alpha=float(data["alpha"]),
+            samples=json_int(data.get("samples") or 0),
+            alpha=json_float(data["alpha"]),
             tests=_tests(data["tests"]) or (),
-            same_seed_agreement=float(data.get("same_seed_agreement") or 0.0),
-            placebo=None if placebo is None else Placebo.from_dict(placebo),
-            pipeline=dict(data.get("pipeline") or {}),
+            same_seed_agreement=json_float(data.get("same_seed_agreement") or 0.0),
+            placebo=None if placebo is None else Placebo.from_dict(json_object(placebo)),
+            pipeline={k: str(v) for k, v in json_object(data.get("pipeline") or {}).items()},
             consistency=_tests(data.get("consistency")) or (),
-            drift=None if not drift else PooledDrift.from_dict(drift),
-            charts=Charts.from_dict(data.get("charts") or {}),
-            rescore_errors=tuple(str(e) for e in data.get("rescore_errors") or ()),
-            batched=None if batched is None else BatchedEvidence.from_dict(batched),
+            drift=None if not drift else PooledDrift.from_dict(json_object(drift)),
+            charts=Charts.from_dict(json_object(data.get("charts") or {})),
+            rescore_errors=tuple(str(e) for e in json_list(data.get("rescore_errors") or ())),
+            batched=None if batched is None else BatchedEvidence.from_dict(json_object(batched)),
         )

@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
+from equiv.json_types import JSONDict
 from equiv.records import Comparison, Generation
 from equiv.records.generation import top_k
 from equiv.records.verdict import Label, Verdict
@@ -352,7 +353,7 @@ class DriftBound:
             f"{self.median_movement:.4f}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "bound": round(self.bound, 6),
             "positions": self.positions,

@@ -28,12 +28,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 from scipy import stats
 
 from equiv.config import Mode
+from equiv.json_types import JSONDict
 from equiv.records import ResultRecord
 
 __all__ = ["RATE_ALPHA", "RATE_SAFETY", "DivergenceRate", "divergence_rate", "rate_test"]
@@ -97,7 +97,7 @@ class DivergenceRate:
             f"{self.alpha:g}): {answer}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             **asdict(self),
             "ratio": self.ratio,

@@ -12,14 +12,14 @@ re-scoring does is invisible to a test against re-scored rows alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from equiv.config import SamplingConfig
+from equiv.json_types import JSONDict, JSONObject, json_float, json_int
 from equiv.verdicts.chain import chain_distribution
 
 __all__ = ["Fidelity", "rescore_fidelity"]
@@ -49,12 +49,22 @@ class Fidelity:
     top_changed: int
     rank_changed: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Fidelity:
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+    def from_dict(cls, data: JSONObject) -> Fidelity:
+        return cls(
+            positions=json_int(data["positions"]),
+            tv_mean=json_float(data["tv_mean"]),
+            tv_max=json_float(data["tv_max"]),
+            kl_mean=json_float(data["kl_mean"]),
+            kl_max=json_float(data["kl_max"]),
+            top_shift_mean=json_float(data["top_shift_mean"]),
+            top_shift_max=json_float(data["top_shift_max"]),
+            top_changed=json_int(data["top_changed"]),
+            rank_changed=json_int(data["rank_changed"]),
+        )
 
     @classmethod
     def pooled(cls, parts: Iterable[Fidelity]) -> Fidelity | None:

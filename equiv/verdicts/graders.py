@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from equiv.json_types import JSONObject
 from equiv.verdicts.sandbox import RESULT_FILE, Limits, run_python
 
 __all__ = [
@@ -65,7 +66,7 @@ class Grade:
         return {"outcome": self.outcome.value, "reason": self.reason}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Grade:
+    def from_dict(cls, data: JSONObject) -> Grade:
         return cls(Outcome(data["outcome"]), str(data.get("reason", "")))
 
 

@@ -31,9 +31,10 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from scipy import stats
+
+from equiv.json_types import JSONDict
 
 __all__ = [
     "QUALITY_ALPHA",
@@ -66,7 +67,7 @@ class Rate:
     def value(self) -> float:
         return self.passed / self.n if self.n else math.nan
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"passed": self.passed, "n": self.n, "low": self.low, "high": self.high}
 
 
@@ -160,7 +161,7 @@ class Difference:
             f"power {self.power:.0%}){more}"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "estimate": self.estimate,
             "se": self.se,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from equiv.json_types import JSONDict
 from equiv.records import ResultRecord
 from equiv.verdicts.graders import Grade, Outcome
 from equiv.verdicts.pass_rates import (
@@ -65,7 +65,7 @@ class Flip:
     worse: bool
     label: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {"prompt": self.prompt, "worse": self.worse, "label": self.label}
 
 

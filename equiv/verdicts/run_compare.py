@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from equiv.config import Mode
+from equiv.json_types import JSONDict
 from equiv.records import AnalysisRecord, EventRecord, HeaderRecord, ResultRecord, ResultsFile
 from equiv.records.verdict import Label
 from equiv.verdicts.run_drift import run_drift
@@ -218,7 +219,7 @@ class RunComparison:
             found += [f"changed: {c.line}" for c in self.changes if not c.worse]
         return found
 
-    def to_dict(self, gate: Gate = Gate.WORSE) -> dict[str, Any]:
+    def to_dict(self, gate: Gate = Gate.WORSE) -> JSONDict:
         """Plain data for ``equiv compare --json``, with the derived figures and the gate."""
         shifts = (self.drift, self.acceptance, self.baseline_speed, self.speculative_speed)
         return {

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import numpy as np
 
+from equiv.json_types import JSONDict
 from equiv.records import Drift
 
 __all__ = ["RunDrift", "run_drift"]
@@ -47,7 +47,7 @@ class RunDrift:
     max_abs_logit_delta: float
     same_top: float  # share of rows whose top token is the same on both paths
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return asdict(self)
 
     @property

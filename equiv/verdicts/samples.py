@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from equiv.json_types import JSONObject, JSONValue, json_float, json_int, json_list, json_object
 from equiv.records import Drift, ResultRecord
 from equiv.verdicts.fidelity import Fidelity
 
@@ -37,6 +37,15 @@ def _entries(rows: Sequence[Sequence[float]]) -> tuple[PitEntry, ...]:
     return tuple((float(a), float(b), float(c)) for a, b, c in rows)
 
 
+def _read_entries(rows: JSONValue) -> tuple[PitEntry, ...]:
+    """PIT entries as the record holds them (a list of three-number lists)."""
+    return _entries([[json_float(x) for x in json_list(row)] for row in json_list(rows)])
+
+
+def _read_floats(values: JSONValue) -> tuple[float, ...]:
+    return tuple(json_float(x) for x in json_list(values))
+
+
 @dataclass(frozen=True)
 class PathSample:
     """One path's sample: its tokens and the evidence its record holds beside them."""
@@ -50,17 +59,15 @@ class PathSample:
     rescore_error: str | None = None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PathSample:
+    def from_dict(cls, data: JSONObject) -> PathSample:
         """One path of a result record as the file holds it (``tokens`` required)."""
         acceptance = data.get("acceptance")
         error = data.get("rescore_error")
         return cls(
-            tokens=tuple(int(t) for t in data["tokens"]),
-            pits={k: _entries(data[k]) for k in _PITS if k in data},
-            sensitivities={
-                k: tuple(float(x) for x in data[k]) for k in _SENSITIVITIES if k in data
-            },
-            acceptance=None if acceptance is None else _entries(acceptance),
+            tokens=tuple(json_int(t) for t in json_list(data["tokens"])),
+            pits={k: _read_entries(data[k]) for k in _PITS if k in data},
+            sensitivities={k: _read_floats(data[k]) for k in _SENSITIVITIES if k in data},
+            acceptance=None if acceptance is None else _read_entries(acceptance),
             rescore_error=None if error is None else str(error),
         )
 
@@ -112,14 +119,14 @@ class Sample:
         )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Sample:
+    def from_dict(cls, data: JSONObject) -> Sample:
         """A result record as the file holds it (`equiv.records.ResultRecord.to_dict`)."""
         drift = data.get("rescore_drift")
         fidelity = data.get("rescore_fidelity")
         return cls(
             key=str(data["key"]),
-            baseline=PathSample.from_dict(data["baseline"]),
-            speculative=PathSample.from_dict(data["speculative"]),
-            rescore_drift=Drift.from_dict(drift) if drift else None,
-            rescore_fidelity=Fidelity.from_dict(fidelity) if fidelity else None,
+            baseline=PathSample.from_dict(json_object(data["baseline"])),
+            speculative=PathSample.from_dict(json_object(data["speculative"])),
+            rescore_drift=Drift.from_dict(json_object(drift)) if drift else None,
+            rescore_fidelity=Fidelity.from_dict(json_object(fidelity)) if fidelity else None,
         )

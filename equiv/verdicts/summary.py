@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from equiv.json_types import JSONDict
 from equiv.records import (
     AnalysisRecord,
     EventRecord,
@@ -132,7 +133,7 @@ class SuiteSummary:
         self.prompts += 1
         self.labels[record.judged.label.value] += 1
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             **self.__dict__,
             "labels": dict(self.labels),
@@ -313,7 +314,7 @@ class RunSummary:
     def failed_controls(self) -> int:
         return sum(not c.ok for c in self.controls)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "schema": self.schema,
             **dict(self.extra),

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from equiv.json_types import JSONDict
 
 if TYPE_CHECKING:  # classify imports this module
     from equiv.verdicts.analysis_record import PooledDrift, ScoredTest
@@ -54,9 +56,9 @@ class RescoredGaps:
     gap_single: float | None = None
     gap_single_at_least: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         gap = self.gap_batched
-        data = {
+        data: JSONDict = {
             "gap_batched": round(gap, 6) if math.isfinite(gap) else None,
             "drift_at_divergence": round(self.drift_at_divergence, 6),
             "drift_bound": None if self.drift_bound is None else self.drift_bound.to_dict(),
@@ -90,8 +92,8 @@ class Temp0Evidence:
     rescore_failed: bool = False  # a resumed run redoes this result
     rescored: RescoredGaps | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data = {
+    def to_dict(self) -> JSONDict:
+        data: JSONDict = {
             "position": self.position,
             "baseline_token": self.baseline_token,
             "speculative_token": self.speculative_token,
@@ -161,8 +163,8 @@ class SamplingEvidence:
     batched: BatchedFigures | None = None
     power: PowerEvidence | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data = {
+    def to_dict(self) -> JSONDict:
+        data: JSONDict = {
             "alpha": self.alpha,
             "rejected": list(self.rejected),
             "same_seed_agreement": self.same_seed_agreement,
@@ -188,8 +190,8 @@ class RunEvidence:
     differences: tuple[str, ...] = ()
     divergence_rate: DivergenceRate | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data = {"counts": dict(self.counts), "differences": list(self.differences)}
+    def to_dict(self) -> JSONDict:
+        data: JSONDict = {"counts": dict(self.counts), "differences": list(self.differences)}
         if self.divergence_rate is not None:
             data["divergence_rate"] = self.divergence_rate.to_dict()
         return data

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.errors import ConfigError
+from equiv.json_types import JSONDict, JSONObject
 
 __all__ = ["FloatArray", "TestResult", "check_alpha", "not_enough"]
 
@@ -54,11 +55,11 @@ class TestResult:
     def rejects(self) -> bool:
         return self.p_value < self.alpha
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TestResult:
+    def from_dict(cls, data: JSONObject) -> TestResult:
         return cls(**_fields_from(cls, data))
 
 

@@ -22,11 +22,10 @@ The rounds double: with a budget of 600 seeds and 4 looks, the looks come at 75,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from equiv.errors import ConfigError
+from equiv.json_types import JSONDict, JSONObject, json_float, json_int
 from equiv.records.verdict import Label
 
 __all__ = ["MIN_SEEDS", "STOPPING_LABELS", "Look", "Stopping", "schedule", "stops"]
@@ -102,7 +101,7 @@ class Stopping:
             f"seeds ({why}; this look tests at alpha {self.alpha:.3g})"
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONDict:
         return {
             "look": self.look,
             "looks": self.looks,
@@ -113,12 +112,12 @@ class Stopping:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Stopping:
+    def from_dict(cls, data: JSONObject) -> Stopping:
         return cls(
-            look=int(data["look"]),
-            looks=int(data["looks"]),
-            seeds=int(data["seeds"]),
-            budget=int(data["budget"]),
-            alpha=float(data["alpha"]),
+            look=json_int(data["look"]),
+            looks=json_int(data["looks"]),
+            seeds=json_int(data["seeds"]),
+            budget=json_int(data["budget"]),
+            alpha=json_float(data["alpha"]),
             conclusive=bool(data["conclusive"]),
         )
