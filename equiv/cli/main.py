@@ -20,7 +20,7 @@ from typing import Any
 from equiv import __version__
 from equiv.errors import DiskFullError, EquivError, ResultsError
 from equiv.options.build import build_config
-from equiv.options.table import add_arguments
+from equiv.options.table import OptionValue, OptionValues, add_arguments, given
 
 __all__ = ["main"]
 
@@ -209,7 +209,7 @@ def _results_dir(out: str | None, resume: bool) -> Path:
 
 
 def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    values: dict[str, Any] = vars(args)
+    values: dict[str, OptionValue] = vars(args)
     sweep = values.get("sweep_draft_max")
     if not sweep:
         return _run_once(values, argv, _results_dir(args.out, args.resume), args.resume)[0]
@@ -217,7 +217,7 @@ def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     base = _results_dir(args.out, args.resume)
     rows = []
-    for n in _int_list(sweep):
+    for n in _int_list(str(sweep)):
         code, summary = _run_once(
             {**values, "draft_max": n, "json": False, "stderr": args.json},
             argv,
@@ -260,7 +260,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _run_once(
-    values: dict[str, Any], argv: Sequence[str], out: Path, resume: bool
+    values: OptionValues, argv: Sequence[str], out: Path, resume: bool
 ) -> tuple[int, Any]:
     import resource
 
@@ -278,7 +278,7 @@ def _run_once(
     check_out_dir(out)  # before any model loads
     _warn_unreadable(out / "results.jsonl")
     config, pair = build_config(values, workdir=out)
-    prompts = select_prompts(config.suites, values.get("prompt") or [])
+    prompts = select_prompts(config.suites, given(values.get("prompt")))
     # Paths are text, not markup: a folder named "[q4]" must print as it is.
     console.print(f"equiv {__version__}  target {pair.target.path}", markup=False)
     console.print(f"draft {pair.draft.path} ({pair.draft.provenance})", markup=False)

@@ -5,7 +5,6 @@ is read, the model pair resolved, engine options and speculative-path overrides 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ from equiv.config import (
 )
 from equiv.errors import ConfigError
 from equiv.options.config_file import merge_toml
-from equiv.options.table import RUN_OPTIONS, on_off, split_list
+from equiv.options.table import RUN_OPTIONS, OptionValues, on_off, split_list
 
 if TYPE_CHECKING:
     from equiv.models.pair import ModelPair
@@ -53,7 +52,7 @@ def spec_overrides(entries: Any) -> tuple[tuple[str, Setting], ...]:
 
 
 def engine_options(
-    values: Mapping[str, Any], engine: str, *, workdir: str | Path | None = None
+    values: OptionValues, engine: str, *, workdir: str | Path | None = None
 ) -> tuple[tuple[str, Setting], ...]:
     """The options of ``engine`` among merged option values, as `RunConfig.engine_options`;
     an option of another engine given a value is an error. ``workdir`` (where the run writes)
@@ -65,6 +64,8 @@ def engine_options(
             continue
         value = values.get(opt.dest)
         if opt.engine == name:
+            if isinstance(value, list):  # no engine option is repeatable
+                raise TypeError(f"--{opt.name}: one value expected, found {value!r}")
             if value is not None:
                 own.append((opt.dest, value))
         elif value is not None and value != opt.default:
@@ -78,7 +79,7 @@ def engine_options(
 
 
 def build_config(
-    values: Mapping[str, Any], *, workdir: str | Path | None = None
+    values: OptionValues, *, workdir: str | Path | None = None
 ) -> tuple[RunConfig, ModelPair]:
     """A `RunConfig` from merged option values; resolves (and if needed derives) the models.
     ``workdir``: the run's results directory (an engine may keep its logs there)."""

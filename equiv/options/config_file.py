@@ -12,19 +12,17 @@ from typing import Any
 
 from equiv.config import load_toml
 from equiv.errors import ConfigError, describe
-from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS, Option, split_list
+from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS, Option, OptionValues, split_list
 
 __all__ = ["merge_toml"]
 
 
-def merge_toml(
-    values: Mapping[str, Any], options: tuple[Option, ...] = RUN_OPTIONS
-) -> dict[str, Any]:
+def merge_toml(values: OptionValues, options: tuple[Option, ...] = RUN_OPTIONS) -> dict[str, Any]:
     """Explicit values win over the TOML file named by ``config``, which wins over defaults."""
     merged: dict[str, Any] = {}
     toml: dict[str, Any] = {}
     if values.get("config"):
-        toml = {k.replace("-", "_"): v for k, v in load_toml(values["config"]).items()}
+        toml = {k.replace("-", "_"): v for k, v in load_toml(str(values["config"])).items()}
     toml = _spec_from_toml(toml, values.get("config"))
     known = {o.dest for o in options}
     unknown = sorted(set(toml) - known - {o.dest for o in PLUGIN_OPTIONS})
@@ -32,7 +30,7 @@ def merge_toml(
         raise ConfigError(f"unknown option(s) in {values['config']!r}: {', '.join(unknown)}")
     by_dest = {o.dest: o for o in (*RUN_OPTIONS, *PLUGIN_OPTIONS)}
     for key, value in toml.items():
-        toml[key] = _toml_value(by_dest[key], key, value, values["config"])
+        toml[key] = _toml_value(by_dest[key], key, value, str(values["config"]))
     for opt in options:
         value = values.get(opt.dest)
         if value is None:

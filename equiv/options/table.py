@@ -8,9 +8,9 @@ as the command line, the ini file and the TOML config all need it checked.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from equiv.config import (
     BUILTIN_PAIRS,
@@ -26,10 +26,22 @@ __all__ = [
     "PLUGIN_OPTIONS",
     "RUN_OPTIONS",
     "Option",
+    "OptionValue",
+    "OptionValues",
     "add_arguments",
+    "given",
     "on_off",
     "split_list",
 ]
+
+
+#: One option's value: what its converter made of the command line, the ini file or the TOML
+#: config (a flag's bool, a number, a string), a list of strings for an option given several
+#: times, None where it was not given.
+OptionValue: TypeAlias = str | int | float | bool | list[str] | None
+#: Option values by their ``dest`` (``vars(args)`` of ``equiv run``, the plugin's options);
+#: `equiv.options.config_file.merge_toml` merges a TOML config and the defaults in.
+OptionValues: TypeAlias = Mapping[str, OptionValue]
 
 
 @dataclass(frozen=True)
@@ -389,6 +401,17 @@ def split_list(value: Any) -> list[str]:
         return []
     items = [value] if isinstance(value, str) else list(value)
     return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
+
+
+def given(value: OptionValue) -> list[str]:
+    """A repeatable option's value as given, unsplit (`split_list` splits comma lists)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return value
+    raise TypeError(f"expected a string or a list of strings, found {value!r}")
 
 
 def add_arguments(

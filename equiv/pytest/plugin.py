@@ -41,6 +41,7 @@ from equiv.pytest.settings import (
 )
 
 if TYPE_CHECKING:
+    from equiv.json_types import JSONDict
     from equiv.prompts import Prompt
     from equiv.pytest.session import Check, CheckSession
 
@@ -154,11 +155,12 @@ class EquivSuite(pytest.Collector):
     """The virtual node ``equiv`` that holds the suite's items."""
 
     def collect(self) -> list[pytest.Item | pytest.Collector]:
+        from equiv.options.table import given
         from equiv.run.plan import select_prompts
 
         state = self.config.stash[_STATE]
         s = state.settings
-        prompts = select_prompts(s.values["suite"], s.values["prompt"])
+        prompts = select_prompts(given(s.values["suite"]), given(s.values["prompt"]))
         state.family_size = len(prompts)
         return [
             EquivItem.from_parent(self, name=f"{p.key}::{mode}", prompt=p, mode=mode)
@@ -227,7 +229,7 @@ def equiv_check(request: pytest.FixtureRequest) -> Callable[..., Check]:
 
         slug = re.sub(r"[^a-z0-9_]+", "_", node.name.lower()).strip("_")[:20] or "check"
         digest = hashlib.sha256(node.nodeid.encode()).hexdigest()[:6]
-        data: dict[str, Any] = {"id": f"{slug}_{digest}_{next(calls)}"}
+        data: JSONDict = {"id": f"{slug}_{digest}_{next(calls)}"}
         data["text" if isinstance(prompt, str) else "messages"] = prompt
         session = request.config.stash[_STATE].session
         result = session.check(mode, Prompt.from_dict(data, suite="check"), max_tokens=max_tokens)
@@ -242,7 +244,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("equiv", "equiv: speculative decoding must leave the output unchanged")
     for opt in options():
         name, helptext = option_name(opt.name), opt.help
-        kind: dict[str, Any] = {"action": "store_true"}
+        kind: dict[str, object] = {"action": "store_true"}  # argparse keywords
         if opt.multiple:
             kind = {"action": "append", "metavar": opt.metavar}
         elif not opt.flag:

@@ -15,14 +15,14 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from equiv.engines.base import Engine
 from equiv.errors import ConfigError, EquivError
-from equiv.json_types import JSONDict, JSONObject, json_list, json_object
+from equiv.json_types import JSONDict, JSONObject, json_float, json_list, json_object
 from equiv.prompts import Prompt
 from equiv.records import (
     AnalysisRecord,
@@ -39,6 +39,7 @@ from equiv.run.runner import Runner
 from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
 
 if TYPE_CHECKING:
+    from equiv.options.table import OptionValues
     from equiv.verdicts.summary import Summary
 
 __all__ = [
@@ -237,9 +238,7 @@ class CheckSession:
     write to a private temporary directory, removed by `close`.
     """
 
-    def __init__(
-        self, values: Mapping[str, Any], policy: Policy, *, argv: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, values: OptionValues, policy: Policy, *, argv: Sequence[str] = ()) -> None:
         self.values, self.policy, self.argv = dict(values), policy, list(argv)
         self._runners: dict[str, Runner] = {}
         self._engines: tuple[Engine, Engine] | None = None
@@ -367,7 +366,7 @@ def _summaries(checks: Sequence[Check]) -> dict[str, Summary]:
         out[mode] = summarize(
             [r for c in group for r in c.records],
             [e for c in group for e in c.events],
-            quality_margin=float(margin),
+            quality_margin=json_float(margin),
         )
     return out
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from equiv.options.table import Option
+    from equiv.options.table import Option, OptionValues
     from equiv.pytest.session import Policy
 
 __all__ = [
@@ -43,7 +43,7 @@ def ini_name(name: str) -> str:
 class Settings:
     """The session's option values, modes, fail/warn policy and report directory."""
 
-    values: dict[str, Any]  # merged option values, as `equiv.options.build.build_config` takes
+    values: OptionValues  # merged, as `equiv.options.build.build_config` takes them
     modes: tuple[str, ...]
     policy: Policy
     report: Path | None

@@ -7,13 +7,16 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from equiv.cli.diagnose.command import RANDOM_SEED, LlamaCommand
 from equiv.errors import ConfigError
+from equiv.json_types import json_float
+
+if TYPE_CHECKING:
+    from equiv.options.table import OptionValue, OptionValues
 
 __all__ = [
     "MAX_LOCAL_CTX",
@@ -32,13 +35,13 @@ MAX_LOCAL_CTX = 8192
 class RunMapping:
     """The equiv run values a command line maps to, and what was said about the mapping."""
 
-    values: dict[str, Any]
+    values: dict[str, OptionValue]
     notes: tuple[str, ...] = ()
     runs: str = ""  # what equiv runs: the user's llama-server, or llama-cpp-python in process
 
     @property
     def user_temp(self) -> float:
-        return float(self.values.get("temp", 0.8))  # llama.cpp's default temperature
+        return json_float(self.values.get("temp", 0.8))  # llama.cpp's default temperature
 
 
 _SAMPLING = ("draft_max", "draft_min", "draft_p_min", "temp", "top_k", "top_p", "min_p")
@@ -54,7 +57,7 @@ def map_to_run(
     or a llama-cli / llama-speculative has a llama-server beside it), the run starts *that*
     binary with the user's flags (`user_server`); otherwise llama-cpp-python runs in process.
     """
-    values: dict[str, Any] = {}
+    values: dict[str, OptionValue] = {}
     notes: list[str] = []
     binary, runs = user_server(cmd, server_bin=server_bin)
     if binary is not None:
@@ -172,10 +175,10 @@ def pass_through(cmd: LlamaCommand) -> tuple[list[str], list[str]]:
     return shared, draft
 
 
-def run_command(values: Mapping[str, Any], *, mode: str, out: Path | str) -> list[str]:
+def run_command(values: OptionValues, *, mode: str, out: Path | str) -> list[str]:
     """The ``equiv run`` command line (argv, from ``run``) of mapped option values: what a
     user copies to rerun one part of a diagnosis."""
-    from equiv.options.table import RUN_OPTIONS
+    from equiv.options.table import RUN_OPTIONS, given
 
     argv = ["run", "--mode", mode]
     for opt in RUN_OPTIONS:
@@ -185,7 +188,7 @@ def run_command(values: Mapping[str, Any], *, mode: str, out: Path | str) -> lis
         if opt.flag:
             argv.append(f"--{opt.name}")
         elif opt.multiple:
-            for item in [value] if isinstance(value, str) else value:
+            for item in given(value):
                 argv += [f"--{opt.name}", str(item)]
         else:
             argv += [f"--{opt.name}", str(value)]

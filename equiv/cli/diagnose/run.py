@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from equiv.cli.diagnose.mapping import RunMapping, run_command
 from equiv.cli.diagnose.verdict import verdict_lines
+from equiv.options.table import given
 
 if TYPE_CHECKING:
     from equiv.verdicts.summary import Summary
@@ -60,7 +61,7 @@ def execute(
             "looks": looks if sampled and looks > 1 else None,
         }
         config, pair = build_config(run_values, workdir=out / mode)
-        chosen = select_prompts(config.suites, values["prompt"])
+        chosen = select_prompts(config.suites, given(values["prompt"]))
         total = len(plan(chosen, config))
         argv = run_command(run_values, mode=mode, out=out / mode)
         echo(f"running {mode}: {total} generation pair(s) -> {out / mode}")

@@ -13,9 +13,8 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from equiv.config import Mode, RunConfig
+from equiv.config import Mode, RunConfig, Setting
 from equiv.errors import ConfigError
 
 __all__ = [
@@ -92,23 +91,26 @@ class ServerSettings:
 
     @classmethod
     def from_options(
-        cls, values: Mapping[str, Any], *, log_dir: str | Path | None
+        cls, values: Mapping[str, Setting], *, log_dir: str | Path | None
     ) -> ServerSettings:
-        extra: dict[str, Any] = {}
-        if values.get("server_timeout") is not None:
-            extra["timeout_s"] = float(values["server_timeout"])
-        if values.get("server_concurrency") is not None:
-            extra["concurrency"] = int(values["server_concurrency"])
+        """From a run's engine options (`RunConfig.engine_options`, keyed by option ``dest``)."""
+
+        def text(key: str) -> str | None:
+            value = values.get(key)
+            return None if value is None else str(value)
+
+        timeout, concurrency = values.get("server_timeout"), values.get("server_concurrency")
         return cls(
-            server_bin=values.get("server_bin"),
-            baseline_url=values.get("baseline_url"),
-            speculative_url=values.get("speculative_url"),
-            api=values.get("server_api") or "auto",
-            model=values.get("server_model"),
-            extra_args=values.get("server_args") or "",
-            draft_args=values.get("server_draft_args") or "",
+            server_bin=text("server_bin"),
+            baseline_url=text("baseline_url"),
+            speculative_url=text("speculative_url"),
+            api=text("server_api") or "auto",
+            model=text("server_model"),
+            concurrency=None if concurrency is None else int(concurrency),
+            timeout_s=cls.timeout_s if timeout is None else float(timeout),
+            extra_args=text("server_args") or "",
+            draft_args=text("server_draft_args") or "",
             log_dir=None if log_dir is None else str(log_dir),
-            **extra,
         )
 
     @classmethod
