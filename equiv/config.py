@@ -363,7 +363,7 @@ class RunConfig:
         )
 
 
-def fingerprint_digest(fingerprint: Mapping[str, Any]) -> str:
+def fingerprint_digest(fingerprint: JSONObject) -> str:
     """A short stable hash of a fingerprint (sorted JSON)."""
     blob = json.dumps(fingerprint, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -69,7 +69,7 @@ class Prompt:
         return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
     def to_dict(self) -> JSONDict:
-        data: dict[str, Any] = {"suite": self.suite, "id": self.id, "max_tokens": self.max_tokens}
+        data: JSONDict = {"suite": self.suite, "id": self.id, "max_tokens": self.max_tokens}
         if self.text is not None:
             data["text"] = self.text
         if self.messages is not None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -140,7 +140,7 @@ class Engine(Protocol):
         """A token's text, for showing evidence."""
         ...
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> JSONDict:
         """Everything about this path that can change its output (see `FINGERPRINT_KEYS`)."""
         ...
 
@@ -254,7 +254,7 @@ class Concurrent(Protocol):
 class ServerBacked(Protocol):
     """An engine backed by a server: where it is and what it said (URL, argv, log tail)."""
 
-    def server_facts(self) -> dict[str, Any]: ...
+    def server_facts(self) -> JSONDict: ...
 
 
 class EngineFactory(Protocol):
@@ -335,6 +335,6 @@ def rescore_cost(engines: Sequence[Engine]) -> RescoreCost | None:
     return sum(costs[1:], costs[0]) if costs else None
 
 
-def server_facts(engine: Engine) -> dict[str, Any] | None:
+def server_facts(engine: Engine) -> JSONDict | None:
     """The server facts of a `ServerBacked` engine, else None."""
     return engine.server_facts() if isinstance(engine, ServerBacked) else None

@@ -35,6 +35,7 @@ from equiv.engines.draft import last_row
 from equiv.engines.llamacpp import LlamaCppEngine, _load_llama
 from equiv.engines.replay import Checkpoint
 from equiv.errors import ConfigError
+from equiv.json_types import JSONDict
 from equiv.records import DraftStep, Generation, Judgement
 from equiv.verdicts.chain import chain_probs
 
@@ -186,7 +187,7 @@ class ReferenceEngine(LlamaCppEngine):
             judgements=tuple(j for j in judged if j.pos < len(emitted)),
         )
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> JSONDict:
         fp = super().fingerprint()
         fp["engine"] = f"reference:{self.rule.value}"
         fp["logits_all"] = True

@@ -15,10 +15,10 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from equiv.config import BUILTIN_PAIRS, DEFAULT_DRAFT_QUANT, DEFAULT_PAIR, DRAFT_QUANTS, ModelSpec
 from equiv.errors import ConfigError, ModelError
+from equiv.json_types import JSONDict
 from equiv.models.gguf import VocabReport, read_gguf_info, require_vocab_compat
 
 __all__ = [
@@ -99,7 +99,7 @@ def derive_draft(source: ModelSpec, quant: str = DEFAULT_DRAFT_QUANT) -> ModelSp
             "pass a draft explicitly with --draft PATH"
         )
     os.replace(tmp, out)  # atomic: an interrupted quantization never leaves a half file
-    meta: dict[str, Any] = {
+    meta: JSONDict = {
         "source": source.path,
         "source_sha256": info.sha256,
         "quant": quant,

@@ -59,7 +59,7 @@ class Drift:
         )
 
     def to_dict(self) -> JSONDict:
-        data: dict[str, Any] = {
+        data: JSONDict = {
             "rows": self.rows,
             "kl_mean": self.kl_mean,
             "kl_p99": self.kl_p99,
@@ -158,7 +158,7 @@ class Divergence:
     def from_dict(cls, data: JSONObject, where: str = "") -> Divergence:
         f = Fields(data, where)
         tops = {
-            key: TokenAlternatives.from_dict(f.data[key], f.name(key)) if f.has(key) else None
+            key: TokenAlternatives.from_dict(f.obj(key).data, f.name(key)) if f.has(key) else None
             for key in ("baseline_top", "speculative_top")
         }
         texts = []

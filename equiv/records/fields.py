@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from equiv.errors import describe
+from equiv.json_types import JSONObject
 
 __all__ = ["REQUIRED", "FieldError", "Fields", "describe"]
 
@@ -50,7 +51,7 @@ class Fields:
     def __init__(self, data: Any, where: str = "") -> None:
         if not isinstance(data, Mapping):
             raise FieldError(where or "record", f"expected an object, found {describe(data)}")
-        self.data: Mapping[str, Any] = data
+        self.data: JSONObject = data
         self.where = where
 
     def name(self, key: str) -> str:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from equiv.config import Mode
 from equiv.errors import PromptError
-from equiv.json_types import JSONDict, JSONObject
+from equiv.json_types import JSONDict, JSONObject, JSONValue
 from equiv.prompts import Prompt
 from equiv.records.comparison import ArgmaxFlips, Comparison, Drift
 from equiv.records.fields import FieldError, Fields
@@ -81,7 +81,7 @@ def parse_verdict(data: Any, where: str = "verdict") -> Verdict:
     return Verdict(parsed, f.text("reason"), f.mapping("evidence", {}))
 
 
-def _extra(data: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+def _extra(data: JSONObject, known: frozenset[str]) -> JSONDict:
     return {k: v for k, v in data.items() if k not in known}
 
 
@@ -106,17 +106,17 @@ class HeaderRecord:
         }
     )
 
-    config: Mapping[str, Any]
+    config: JSONObject
     schema: int = SCHEMA_VERSION
     equiv: str = ""
     created: str = ""
     command: str = ""
     python: str = ""
-    fingerprints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    fingerprints: Mapping[str, JSONObject] = field(default_factory=dict)
     differences: tuple[str, ...] = ()
-    capabilities: Mapping[str, Any] = field(default_factory=dict)
+    capabilities: JSONObject = field(default_factory=dict)
     machine: Machine | None = None  # None in files written before equiv recorded it
-    extra: Mapping[str, Any] = field(default_factory=dict)  # vocab, argv, servers, ...
+    extra: JSONObject = field(default_factory=dict)  # vocab, argv, servers, ...
 
     def get(self, key: str, default: Any = None) -> Any:
         """A field by its name in the file (known or extra)."""
@@ -143,7 +143,7 @@ class HeaderRecord:
         f = Fields(data, where)
         schema = f.integer("schema")
         prints = f.obj("fingerprints", None)
-        fingerprints: dict[str, dict[str, Any]] = {}
+        fingerprints: dict[str, JSONDict] = {}
         if prints is not None:
             fingerprints = {k: prints.mapping(k) for k in prints.data}
         machine = f.obj("machine", None)
@@ -201,8 +201,8 @@ class ResultRecord:
     drift_placebo: ArgmaxFlips | None = None
     # Per path, what a record holds beside the generation (sampling mode: the chain's PIT of
     # each token, the target's PIT of the speculative tokens, the judgements' evidence).
-    evidence: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, JSONObject] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
     prompt_hash: str = ""  # empty: from the prompt (`Prompt.content_hash`)
 
     def __post_init__(self) -> None:
@@ -231,7 +231,7 @@ class ResultRecord:
         return self.speculative if path == "speculative" else self.baseline
 
     def to_dict(self) -> JSONDict:
-        data: dict[str, Any] = {
+        data: JSONDict = {
             "kind": Kind.RESULT.value,
             "key": self.key,
             "suite": self.suite,
@@ -299,7 +299,7 @@ class ResultRecord:
         )
 
 
-def _test(data: Any, where: str) -> dict[str, Any]:
+def _test(data: JSONValue, where: str) -> JSONDict:
     """One distribution test of an analysis: a name, and numbers (or null) where given."""
     f = Fields(data, where)
     f.text("name")
@@ -323,11 +323,11 @@ class AnalysisRecord:
     key: str
     suite: str
     prompt_id: str
-    tests: tuple[Mapping[str, Any], ...] = ()
+    tests: tuple[JSONObject, ...] = ()
     verdict: Verdict | None = None
     mode: Mode = Mode.SAMPLING
     # samples, alpha, same_seed_agreement, drift, charts: as `PromptAnalysis.figures` wrote them
-    figures: Mapping[str, Any] = field(default_factory=dict)
+    figures: JSONObject = field(default_factory=dict)
 
     @property
     def judged(self) -> Verdict:
@@ -336,7 +336,7 @@ class AnalysisRecord:
         return Verdict(Label.INCONCLUSIVE, "no verdict recorded for this analysis")
 
     def to_dict(self) -> JSONDict:
-        data: dict[str, Any] = {
+        data: JSONDict = {
             "kind": Kind.ANALYSIS.value,
             "key": self.key,
             "suite": self.suite,
@@ -378,14 +378,14 @@ class EventRecord:
     detail: str
     ok: bool | None = None
     key: str | None = None  # the result it is about, if one
-    extra: Mapping[str, Any] = field(default_factory=dict)  # e.g. a self-draft's acceptance
+    extra: JSONObject = field(default_factory=dict)  # e.g. a self-draft's acceptance
 
     @property
     def failed(self) -> bool:
         return self.ok is False
 
     def to_dict(self) -> JSONDict:
-        data: dict[str, Any] = {"kind": Kind.EVENT.value, "event": self.event, "ok": self.ok}
+        data: JSONDict = {"kind": Kind.EVENT.value, "event": self.event, "ok": self.ok}
         if self.key is not None:
             data["key"] = self.key
         data["detail"] = self.detail

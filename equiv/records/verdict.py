@@ -9,9 +9,7 @@ so that `equiv.records` needs nothing above it: the one home of `Label` and `Ver
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from equiv.json_types import JSONDict, JSONObject, json_object
 
@@ -37,7 +35,7 @@ class Verdict:
 
     label: Label
     reason: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
+    evidence: JSONObject = field(default_factory=dict)
 
     @property
     def equivalent(self) -> bool:
@@ -52,10 +50,10 @@ class Verdict:
         return cls(Label(data["label"]), str(data["reason"]), evidence)
 
 
-def verdict_of(record: Mapping[str, Any]) -> Verdict:
+def verdict_of(record: JSONObject) -> Verdict:
     """The verdict of a result record; records from before classification get a plain one."""
     if record.get("verdict"):
-        return Verdict.from_dict(record["verdict"])
-    if record["comparison"]["identical"]:
+        return Verdict.from_dict(json_object(record["verdict"]))
+    if json_object(record["comparison"])["identical"]:
         return Verdict(Label.EQUIVALENT, "token IDs identical")
     return Verdict(Label.INCONCLUSIVE, "outputs differ; not classified yet")

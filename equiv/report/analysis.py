@@ -13,6 +13,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from equiv.json_types import JSONObject, json_list
 from equiv.records import AnalysisRecord
 from equiv.records.verdict import Label, Verdict
 from equiv.report.header import fmt
@@ -59,7 +60,7 @@ class AnalysisView:
     seeds: int
 
 
-def _test(data: Mapping[str, Any]) -> TestView:
+def _test(data: JSONObject) -> TestView:
     p = number(data.get("p_adjusted", data.get("p_value")))
     alpha = number(data.get("alpha"))
     return TestView(
@@ -145,7 +146,7 @@ def analysis_view(
     placebo = placebo if isinstance(placebo, Mapping) else {}
     consistency = record.figures.get("consistency")
     # Each path's one-sample tests against the instrument's rows alone: shown, never decisive.
-    one_sample = [*(placebo.get("tests") or []), *(consistency or [])]
+    one_sample = [*json_list(placebo.get("tests") or []), *json_list(consistency or [])]
     for key, value in record.figures.items():
         if key in _SKIP:
             continue

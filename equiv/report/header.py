@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from equiv.json_types import JSONObject, json_list, json_object
 from equiv.records.machine import Machine
 
 __all__ = ["Environment", "environment", "fmt"]
@@ -98,12 +99,13 @@ def _features(system_info: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def environment(header: Mapping[str, Any]) -> Environment:
-    config: Mapping[str, Any] = header.get("config") or {}
-    prints: Mapping[str, Any] = header.get("fingerprints") or {}
-    base: Mapping[str, Any] = prints.get("baseline") or {}
-    spec: Mapping[str, Any] = prints.get("speculative") or {}
-    vocab: Mapping[str, Any] = header.get("vocab") or {}
+def environment(header: JSONObject) -> Environment:
+    """The header's tables, from the header as the file holds it (redacted where asked)."""
+    config = json_object(header.get("config") or {})
+    prints = json_object(header.get("fingerprints") or {})
+    base = json_object(prints.get("baseline") or {})
+    spec = json_object(prints.get("speculative") or {})
+    vocab = json_object(header.get("vocab") or {})
     system_info = str(base.get("system_info") or spec.get("system_info") or "")
 
     versions = [
@@ -125,9 +127,9 @@ def environment(header: Mapping[str, Any]) -> Environment:
     models: list[tuple[str, str, str]] = []
     roles = []
     for role in ("target", "draft"):
-        info = dict(vocab.get(role) or {})
-        info.setdefault("path", (config.get(role) or {}).get("path"))
-        info["provenance"] = (config.get(role) or {}).get("provenance")
+        info = dict(json_object(vocab.get(role) or {}))
+        info.setdefault("path", json_object(config.get(role) or {}).get("path"))
+        info["provenance"] = json_object(config.get(role) or {}).get("provenance")
         roles.append(info)
     for label, key in _MODEL_FIELDS:
         cells = [_size(r.get(key)) if key == "size_bytes" else _short(r.get(key)) for r in roles]
@@ -151,8 +153,8 @@ def environment(header: Mapping[str, Any]) -> Environment:
             settings.append((key, _setting(key, value)))
 
     vocab_rows = [("compatible", fmt(vocab.get("compatible")))] if vocab else []
-    vocab_rows += [("reason", fmt(r)) for r in vocab.get("reasons") or []]
-    vocab_rows += [("note", fmt(n)) for n in vocab.get("notes") or []]
+    vocab_rows += [("reason", fmt(r)) for r in json_list(vocab.get("reasons") or [])]
+    vocab_rows += [("note", fmt(n)) for n in json_list(vocab.get("notes") or [])]
     return Environment(
         versions=tuple(versions),
         cpu_features=_features(system_info),

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from equiv.json_types import JSONObject
 from equiv.records import AnalysisRecord, Divergence, Drift, ResultRecord, TokenAlternatives
 from equiv.records.verdict import Label, Verdict
 from equiv.report.diff import Segment, segments
@@ -102,7 +103,7 @@ class PromptView:
     grades: tuple[tuple[str, str, str], ...] = ()  # (path, outcome, reason) of graded prompts
 
 
-def _grades(record: Mapping[str, Any]) -> tuple[tuple[str, str, str], ...]:
+def _grades(record: JSONObject) -> tuple[tuple[str, str, str], ...]:
     grades = record.get("grades")
     if not isinstance(grades, Mapping):
         return ()
@@ -117,7 +118,7 @@ def number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
-def evidence_rows(evidence: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def evidence_rows(evidence: JSONObject) -> tuple[tuple[str, str], ...]:
     return tuple((str(k), fmt(v)) for k, v in evidence.items())
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
+from equiv.json_types import json_object
 from equiv.records import ResultRecord
 from equiv.report.svg import grouped_chart
 from equiv.verdicts.graders import Grade
@@ -87,8 +88,8 @@ def _grades(records: Iterable[ResultRecord]) -> dict[str, tuple[str, str]]:
         if r.seed is not None:
             continue
         try:
-            grades = r.extra["grades"]
-            pair = [Grade.from_dict(grades[p]) for p in ("baseline", "speculative")]
+            grades = json_object(r.extra["grades"])
+            pair = [Grade.from_dict(json_object(grades[p])) for p in ("baseline", "speculative")]
         except (KeyError, TypeError, ValueError):
             continue
         shown = [f"{g.outcome.value}: {g.reason}" for g in pair]

@@ -15,6 +15,7 @@ from typing import TypedDict
 from markupsafe import Markup
 
 from equiv.config import Mode
+from equiv.json_types import json_float
 from equiv.records import AnalysisRecord, ResultRecord, ResultsFile
 from equiv.records.verdict import Label, Verdict
 from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
@@ -214,7 +215,7 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         for e in contents.events
     ]
     differences = [str(d) for d in header.get("differences") or []]
-    margin = header_record.config.get("quality_margin", DEFAULT_MARGIN_POINTS)
+    margin = json_float(header_record.config.get("quality_margin", DEFAULT_MARGIN_POINTS))
     summary = summarize(rows, events, analyses, differences=differences, quality_margin=margin)
     vocab = token_texts(rows)
     prompts = tuple(

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from equiv.config import Mode, RunConfig
 from equiv.engines.base import Engine, RescoreCost, batch_rescorer, rescore_cost, rescorer
 from equiv.errors import ConfigError, EngineError
+from equiv.json_types import JSONObject
 from equiv.records import ArgmaxFlips, Drift, Generation
 from equiv.verdicts.analysis_record import BatchedEvidence
 from equiv.verdicts.drift import drift_metrics
@@ -37,6 +38,7 @@ from equiv.verdicts.samples import Sample
 from equiv.verdicts.token_evidence import (
     PathEvidence,
     chain_evidence,
+    evidence_json,
     judgement_evidence,
     top_k_rows,
 )
@@ -52,7 +54,7 @@ class SampleEvidence:
     (``chain_pit``, ``target_pit``, ``acceptance``, ``rescore_error``, ...), the drift between
     the speculative rows and their re-scoring, and the re-scoring's fidelity on the baseline."""
 
-    paths: Mapping[str, PathEvidence] = field(default_factory=dict)
+    paths: Mapping[str, JSONObject] = field(default_factory=dict)
     drift: Drift | None = None
     fidelity: Fidelity | None = None
 
@@ -151,7 +153,7 @@ class Evidence:
                     drift = drift_metrics(gen.logits, target)
                 if path == "baseline":
                     fidelity = self._fidelity(gen, target)
-        return SampleEvidence({p: e for p, e in paths.items() if e}, drift, fidelity)
+        return SampleEvidence({p: evidence_json(e) for p, e in paths.items() if e}, drift, fidelity)
 
     def _fidelity(self, base: Generation, target: npt.NDArray[np.float32]) -> Fidelity | None:
         """The re-scoring's fidelity against the rows the baseline reported while sampling."""

@@ -9,11 +9,12 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from equiv.config import RunConfig
 from equiv.engines.base import Engine
 from equiv.engines.registry import load_factory
+from equiv.json_types import JSONDict
 from equiv.prompts import Prompt
 from equiv.run.plan import plan
 from equiv.run.runner import ProgressFn, Runner
@@ -49,7 +50,7 @@ def open_runner(
 ) -> Runner:
     """A `Runner` over ``results_path`` with both engines of ``config.engine`` (or ``engines``,
     already built, to share), its header carrying the vocabulary check and the command line."""
-    extra: dict[str, Any] = {"argv": list(argv)}
+    extra: JSONDict = {"argv": list(argv)}
     if pair is not None:
         extra["vocab"] = pair.vocab.to_dict()
     factory = load_factory(config.engine) if engines is None else None

@@ -9,12 +9,12 @@ and which controls are due. The runner then writes the file accordingly and runs
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from equiv.config import Mode, RunConfig
 from equiv.errors import ConfigError
+from equiv.json_types import JSONObject
 from equiv.records import Control, ResultsContents
 from equiv.run.plan import PlanItem
 
@@ -40,7 +40,7 @@ class ResumePlan:
     self_draft: bool
 
 
-def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def changed_settings(old: JSONObject, new: JSONObject) -> list[str]:
     """The settings in which a results file's configuration differs from ``new``. A setting
     the file's older equiv did not write yet counts as its default (what that run used)."""
     # A configuration this equiv cannot read is compared as written.

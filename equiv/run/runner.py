@@ -15,13 +15,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from equiv import __version__
 from equiv.config import Mode, RunConfig
 from equiv.engines.base import Engine, EngineFactory, in_flight, server_facts
 from equiv.engines.registry import build_engine
 from equiv.errors import PromptError
+from equiv.json_types import JSONDict, JSONObject
 from equiv.records import (
     AnalysisRecord,
     Control,
@@ -68,7 +68,7 @@ class Runner:
         factory: EngineFactory | None,
         results_path: str | Path,
         *,
-        extra_header: dict[str, Any] | None = None,
+        extra_header: JSONObject | None = None,
         controls: bool = True,
         engines: tuple[Engine, Engine] | None = None,
     ) -> None:
@@ -190,7 +190,7 @@ class Runner:
         command: str = "",
         on_result: ProgressFn | None = None,
         family_size: int | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[JSONDict]:
         """Run what is not done yet; returns the new result (and analysis) records, as the file
         holds them.
 
@@ -287,7 +287,7 @@ class Runner:
         """One prompt x seed through both paths, its evidence and (temp 0) its verdict."""
         base, spec = self.generate_pair(tokens, seed=item.seed, max_tokens=item.max_tokens)
         comparison = compare(base, spec, token_text=self.baseline.token_text)
-        extra: dict[str, Any] = {}
+        extra: JSONDict = {}
         if item.prompt.grader is not None:  # graded where recorded: reports need no model
             extra["grades"] = grade_pair(
                 item.prompt.grader_spec, item.prompt.text, base.text, spec.text

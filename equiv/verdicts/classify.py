@@ -42,7 +42,7 @@ import numpy.typing as npt
 
 from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
-from equiv.json_types import JSONDict
+from equiv.json_types import JSONDict, JSONObject
 from equiv.records import Comparison, Generation
 from equiv.records.generation import top_k
 from equiv.records.verdict import Label, Verdict
@@ -93,9 +93,7 @@ _WHY = {
 Rescorer = Callable[[Sequence[int], Sequence[int], bool], npt.NDArray[np.float32]]
 
 
-def fingerprint_differences(
-    baseline: Mapping[str, Any], speculative: Mapping[str, Any]
-) -> list[str]:
+def fingerprint_differences(baseline: JSONObject, speculative: JSONObject) -> list[str]:
     """Every output-relevant difference between the two paths' fingerprints, in plain words."""
     out = []
     for key in sorted(set(baseline) | set(speculative)):

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from equiv.json_types import JSONObject
+from equiv.json_types import JSONObject, json_float
 from equiv.verdicts.sandbox import RESULT_FILE, Limits, run_python
 
 __all__ = [
@@ -324,7 +324,7 @@ _FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 _REQUIRED = {"exact": "answer", "regex": "pattern", "number": "answer", "python": "tests"}
 
 
-def _check(spec: Mapping[str, Any]) -> str | None:
+def _check(spec: JSONObject) -> str | None:
     """Why a grader spec is invalid, or None."""
     kind = spec.get("type")
     if kind not in _FIELDS:
@@ -346,23 +346,23 @@ def _check(spec: Mapping[str, Any]) -> str | None:
             return f"{kind} grader: stop must be a list of non-empty strings, got {value!r}"
     if kind == "regex":
         try:
-            re.compile(spec["pattern"])
+            re.compile(str(spec["pattern"]))  # a string: checked above
         except re.error as exc:
             return f"regex grader: pattern {spec['pattern']!r} does not compile ({exc})"
     if kind == "number":
-        if not math.isfinite(spec["answer"]):
+        if not math.isfinite(json_float(spec["answer"])):  # a number: checked above
             return f"number grader: answer {spec['answer']!r} must be finite"
         tol = spec.get("tolerance", 0)
-        if not (math.isfinite(tol) and tol >= 0):
+        if not (math.isfinite(json_float(tol)) and json_float(tol) >= 0):
             return f"number grader: tolerance {tol!r} must be a finite number >= 0"
         if spec.get("pick", "first") not in _PICKS:
             return f"number grader: pick {spec['pick']!r} must be one of {', '.join(_PICKS)}"
     if kind == "python":
         timeout = spec.get("timeout_s", 2.0)
-        if not 0 < timeout <= 60:
+        if not 0 < json_float(timeout) <= 60:
             return f"python grader: timeout_s {timeout!r} must lie in (0, 60]"
         try:
-            compile(spec["tests"], "tests.py", "exec", dont_inherit=True)
+            compile(str(spec["tests"]), "tests.py", "exec", dont_inherit=True)
         except SyntaxError as exc:
             return f"python grader: the tests are not valid Python ({exc.msg}, line {exc.lineno})"
     return None

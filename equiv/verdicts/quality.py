@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from equiv.json_types import JSONDict
+from equiv.json_types import JSONDict, json_object
 from equiv.records import ResultRecord
 from equiv.verdicts.graders import Grade, Outcome
 from equiv.verdicts.pass_rates import (
@@ -239,8 +239,9 @@ def samples_from_records(records: Iterable[ResultRecord]) -> list[GradedSample]:
     out = []
     for r in records:
         try:
-            gb = Grade.from_dict(r.extra["grades"]["baseline"])
-            gs = Grade.from_dict(r.extra["grades"]["speculative"])
+            grades = json_object(r.extra["grades"])
+            gb = Grade.from_dict(json_object(grades["baseline"]))
+            gs = Grade.from_dict(json_object(grades["speculative"]))
         except (KeyError, TypeError, ValueError):
             continue
         error = next((g.reason for g in (gb, gs) if g.outcome is Outcome.ERROR), "")

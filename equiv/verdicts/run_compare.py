@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from equiv.config import Mode
-from equiv.json_types import JSONDict
+from equiv.json_types import JSONDict, JSONObject
 from equiv.records import AnalysisRecord, EventRecord, HeaderRecord, ResultRecord, ResultsFile
 from equiv.records.verdict import Label
 from equiv.verdicts.run_drift import run_drift
@@ -270,8 +270,8 @@ class RunComparison:
 
 
 # -- computing it ------------------------------------------------------------------------------
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
+def _flatten(data: JSONObject, prefix: str = "") -> JSONDict:
+    flat: JSONDict = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):

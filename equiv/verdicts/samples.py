@@ -115,7 +115,7 @@ class Sample:
             baseline=paths["baseline"],
             speculative=paths["speculative"],
             rescore_drift=record.rescore_drift,
-            rescore_fidelity=Fidelity.from_dict(fidelity) if fidelity else None,
+            rescore_fidelity=Fidelity.from_dict(json_object(fidelity)) if fidelity else None,
         )
 
     @classmethod

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from equiv.json_types import JSONDict
+from equiv.json_types import JSONDict, json_float
 from equiv.records import (
     AnalysisRecord,
     EventRecord,
@@ -252,7 +252,7 @@ def summarize_file(results: ResultsFile | ResultsContents) -> Summary:
         contents.events,
         contents.analyses,
         differences=header.differences if header is not None else (),
-        quality_margin=float(config.get("quality_margin", DEFAULT_MARGIN_POINTS)),
+        quality_margin=json_float(config.get("quality_margin", DEFAULT_MARGIN_POINTS)),
     )
 
 

@@ -22,6 +22,7 @@ import numpy.typing as npt
 from scipy.special import ndtri
 
 from equiv.config import SamplingConfig
+from equiv.json_types import JSONDict
 from equiv.records import Judgement
 from equiv.verdicts.chain import chain_distribution, pit_position
 
@@ -30,6 +31,7 @@ __all__ = [
     "chain_evidence",
     "chain_pit",
     "chain_sensitivity",
+    "evidence_json",
     "judgement_evidence",
     "top_k_rows",
 ]
@@ -48,6 +50,18 @@ class PathEvidence(TypedDict, total=False):
     target_pit: list[list[float]]
     target_sensitivity: list[float]
     rescore_error: str
+
+
+def evidence_json(evidence: PathEvidence) -> JSONDict:
+    """The evidence as the result record holds it, in the order its keys were added. Each of
+    `PathEvidence`'s fields is a string or a list of numbers (mypy sees a TypedDict's values
+    only as ``object``: checked here, shallowly)."""
+    data: JSONDict = {}
+    for key, value in evidence.items():
+        if not isinstance(value, str | list):
+            raise TypeError(f"evidence {key!r}: expected a string or a list, found {value!r}")
+        data[key] = value
+    return data
 
 
 def _pit(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:

@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from equiv.json_types import json_float
+
 if TYPE_CHECKING:
     from equiv.records.kinds import AnalysisRecord
     from equiv.verdicts.summary import Summary
@@ -24,7 +26,7 @@ def seeds_needed(analyses: Sequence[AnalysisRecord], seeds: int) -> int | None:
         verdict = record.judged
         need, have = verdict.evidence.get("tokens_needed"), verdict.evidence.get("tokens")
         if verdict.label is Label.INCONCLUSIVE and need and have:
-            needed.append(math.ceil(seeds * need / have))
+            needed.append(math.ceil(seeds * json_float(need) / json_float(have)))
     return max(needed) if needed else None
 
 
@@ -53,10 +55,13 @@ def verdict_lines(
         )
     if sampling is not None:
         p_values = [
-            t["p_adjusted"] for record in analyses for t in record.tests if "p_adjusted" in t
+            json_float(t["p_adjusted"])
+            for record in analyses
+            for t in record.tests
+            if "p_adjusted" in t
         ]
         powers = [r.judged.evidence.get("power") for r in analyses]
-        known = [p for p in powers if p is not None]
+        known = [json_float(p) for p in powers if p is not None]
         stats = [f"smallest adjusted p = {min(p_values):.2g}"] if p_values else []
         if known and len(known) == len(powers):
             stats.append(f"power {min(known):.2f} for Cohen's w >= 0.1")

@@ -33,6 +33,7 @@ from typing import Any
 
 from equiv.config import DraftConfig, SamplingConfig
 from equiv.errors import ConfigError, EngineError
+from equiv.json_types import JSONDict, JSONObject
 from equiv.models.gguf import GGUFInfo
 from equiv.records import DraftStep, TokenAlternatives
 
@@ -74,7 +75,7 @@ class Parsed:
 
 
 def check_served_model(
-    facts: Mapping[str, Any], *, target: GGUFInfo, n_ctx: int, where: str, option: str
+    facts: JSONObject, *, target: GGUFInfo, n_ctx: int, where: str, option: str
 ) -> None:
     """Refuse a llama-server whose model file name, vocabulary size or context per slot (from
     ``/props`` and ``/v1/models``) is not the configured target's."""
@@ -107,8 +108,8 @@ def llama_body(
     max_tokens: int,
     n_probs: int,
     draft: DraftConfig | None,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
+) -> JSONDict:
+    body: JSONDict = {
         "prompt": list(prompt_tokens),
         "n_predict": max_tokens,
         "temperature": sampling.temp,
@@ -145,7 +146,7 @@ def openai_body(
     seed: int,
     max_tokens: int,
     n_probs: int,
-) -> dict[str, Any]:
+) -> JSONDict:
     return {
         "model": model,
         "prompt": list(prompt_tokens),

@@ -48,6 +48,7 @@ from equiv.engines.server.settings import (
     settings_for,
 )
 from equiv.errors import ConfigError, EngineError
+from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
 from equiv.prompts import Prompt
 from equiv.records import Generation
@@ -107,7 +108,7 @@ class ServerEngine:
         if self.api == "llama":
             n_vocab = self._facts.get("n_vocab") or read_gguf_info(config.target.path).vocab_size
             self._rescorer = LlamaRescorer(
-                self.client, n_vocab=int(n_vocab), n_probs=rescore_candidates(config)
+                self.client, n_vocab=json_int(n_vocab), n_probs=rescore_candidates(config)
             )
             self._rescoring_how = "llama-server n_probs, one request per position"
         elif self._facts.get("token_ids"):
@@ -160,11 +161,11 @@ class ServerEngine:
             )
         return "openai", None
 
-    def _inspect_llama(self, props: dict[str, Any]) -> dict[str, Any]:
+    def _inspect_llama(self, props: dict[str, Any]) -> JSONDict:
         settings = props.get("default_generation_settings", {})
         models = self.client.get("/v1/models")
         meta = (models.get("data") or [{}])[0].get("meta", {}) if isinstance(models, dict) else {}
-        facts: dict[str, Any] = {
+        facts: JSONDict = {
             "api": "llama",
             "model_path": props.get("model_path"),
             "model_alias": props.get("model_alias"),
@@ -185,7 +186,7 @@ class ServerEngine:
         facts["target_quant"] = target.quant
         return facts
 
-    def _inspect_openai(self) -> dict[str, Any]:
+    def _inspect_openai(self) -> JSONDict:
         models = self.client.get("/v1/models")
         ids = [m.get("id") for m in models.get("data", [])] if isinstance(models, dict) else []
         model = self.settings.model or (ids[0] if ids else None)
@@ -213,7 +214,7 @@ class ServerEngine:
     # -- prompts -----------------------------------------------------------------------------
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
         if self.api == "openai":  # vLLM's /tokenize; "content"/"add_special": llama-server's
-            body: dict[str, Any] = {"model": self.model, "add_special_tokens": True}
+            body: JSONDict = {"model": self.model, "add_special_tokens": True}
             if prompt.messages is None:
                 body.update(prompt=prompt.text, content=prompt.text, add_special=True)
             else:
@@ -241,7 +242,11 @@ class ServerEngine:
         return ids
 
     def _tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        body = {"content": text, "add_special": add_special, "parse_special": parse_special}
+        body: JSONDict = {
+            "content": text,
+            "add_special": add_special,
+            "parse_special": parse_special,
+        }
         body["with_pieces"] = True
         ids = []
         for entry in self._tokens(self.client.post("/tokenize", body)):
@@ -266,7 +271,7 @@ class ServerEngine:
 
     def token_text(self, token: int) -> str:
         if token not in self._pieces:
-            body: dict[str, Any] = {"tokens": [token]}
+            body: JSONDict = {"tokens": [token]}
             if self.api == "openai":
                 body["model"] = self.model
             data = self.client.post("/detokenize", body)
@@ -370,11 +375,11 @@ class ServerEngine:
         return RescoreCost() if self._rescorer is None else self._rescorer.take_cost()
 
     # -- facts -------------------------------------------------------------------------------
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> JSONDict:
         """Facts that must match between the paths (the draft's aside); per-server facts that
         differ by design (URL, log) are in `server_facts`."""
         cfg = self.config
-        fp: dict[str, Any] = {
+        fp: JSONDict = {
             "engine": "server",
             "path": self.path,
             **self._facts,
@@ -386,17 +391,17 @@ class ServerEngine:
             shared, draft_flags = split_draft(self._argv)
             fp.update(server_version=self._flags_version, server_argv=shared)
         if self.path == "speculative":
-            fp["draft_config"] = cfg.draft_config.to_dict()
+            draft_config = fp["draft_config"] = cfg.draft_config.to_dict()
             if self._server is not None:  # the draft equiv gave it (a URL's draft is unknown)
                 draft = read_gguf_info(cfg.draft.path)
                 fp.update(draft_sha256=draft.sha256, draft_quant=draft.quant)
-                fp["draft_config"]["server_flags"] = draft_flags
+                draft_config["server_flags"] = draft_flags
         return fp
 
-    def server_facts(self) -> dict[str, Any]:
+    def server_facts(self) -> JSONDict:
         """Where this path's server is and what it said: URL, and for a server equiv started,
         its full command line, log file and the log's tail."""
-        facts: dict[str, Any] = {"url": self.url, "api": self.api, "rescoring": self._rescoring_how}
+        facts: JSONDict = {"url": self.url, "api": self.api, "rescoring": self._rescoring_how}
         if self._server is not None:
             facts.update(
                 argv=self._server.argv,

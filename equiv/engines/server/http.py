@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from equiv.errors import ConfigError, EngineError
+from equiv.json_types import JSONObject
 
 __all__ = ["HttpStatusError", "JsonClient", "normalize_url"]
 
@@ -83,7 +84,7 @@ class JsonClient:
     def get(self, path: str) -> Any:
         return self._request("GET", path, None)
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
+    def post(self, path: str, body: JSONObject) -> Any:
         return self._request("POST", path, body)
 
     # -- internals ---------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class JsonClient:
         finally:
             conn.close()
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+    def _request(self, method: str, path: str, body: JSONObject | None) -> Any:
         url = self.base_url + path
         payload = None if body is None else json.dumps(body).encode("utf-8")
         last: str = ""

@@ -51,6 +51,7 @@ import numpy.typing as npt
 from equiv.engines.base import RescoreCost
 from equiv.engines.server.http import JsonClient
 from equiv.errors import EngineError
+from equiv.json_types import JSONDict, JSONObject, json_float, json_int
 
 __all__ = ["BATCH_STRIDE", "CACHE_ROWS", "LlamaRescorer", "scoring_body"]
 
@@ -58,7 +59,7 @@ BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its 
 CACHE_ROWS = 50_000  # single-token rows kept for reuse (K candidates each: a few MB in all)
 
 
-def scoring_body(prefix: Sequence[int], *, n_probs: int, cached: bool) -> dict[str, Any]:
+def scoring_body(prefix: Sequence[int], *, n_probs: int, cached: bool) -> JSONDict:
     """One scoring request: the row after ``prefix``, top ``n_probs`` of its raw softmax."""
     return {
         "prompt": [int(t) for t in prefix],
@@ -214,16 +215,18 @@ def _parse_scoring(
             "or repeat a token): no evidence to score with"
         )
     raw = data.get("timings")
-    timings: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    prompt_n = int(timings.get("prompt_n", -1))
-    cache_n = int(timings.get("cache_n", 0))
+    timings: JSONObject = raw if isinstance(raw, dict) else {}
+    prompt_n = json_int(timings.get("prompt_n", -1))
+    cache_n = json_int(timings.get("cache_n", 0))
     on_path = prompt_n == 1 if single else prompt_n != 1  # a cold 1-token prompt is fine too
     cost = RescoreCost(
         requests=1,
         rows=1,
         tokens_evaluated=max(prompt_n, 0),
         tokens_cached=cache_n,
-        server_s=(float(timings.get("prompt_ms", 0.0)) + float(timings.get("predicted_ms", 0.0)))
+        server_s=(
+            json_float(timings.get("prompt_ms", 0.0)) + json_float(timings.get("predicted_ms", 0.0))
+        )
         / 1000,
         wall_s=wall_s,
         rows_off_path=0 if on_path or prefix_len == 1 else 1,

@@ -33,13 +33,14 @@ import numpy.typing as npt
 from equiv.engines.base import RescoreCost
 from equiv.engines.server.http import HttpStatusError, JsonClient
 from equiv.errors import EngineError
+from equiv.json_types import JSONDict
 
 __all__ = ["OpenAIRescorer", "detect_openai_scorer", "sglang_body", "vllm_body"]
 
 Candidates = list[tuple[int, float]]
 
 
-def vllm_body(model: str, tokens: Sequence[int], k: int) -> dict[str, Any]:
+def vllm_body(model: str, tokens: Sequence[int], k: int) -> JSONDict:
     return {
         "model": model,
         "prompt": [int(t) for t in tokens],
@@ -50,7 +51,7 @@ def vllm_body(model: str, tokens: Sequence[int], k: int) -> dict[str, Any]:
     }
 
 
-def sglang_body(tokens: Sequence[int], start: int, k: int) -> dict[str, Any]:
+def sglang_body(tokens: Sequence[int], start: int, k: int) -> JSONDict:
     return {
         "input_ids": [int(t) for t in tokens],
         "sampling_params": {"max_new_tokens": 1, "temperature": 0.0},

@@ -4,7 +4,6 @@ tests share (the level ``alpha``, too little data)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -20,7 +19,7 @@ FloatArray = npt.NDArray[np.float64]
 _KINDS: dict[str, type] = {"str": str, "int": int, "float": float}
 
 
-def _fields_from(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+def _fields_from(cls: type, data: JSONObject) -> dict[str, Any]:
     """A dataclass's fields from a JSON record, each coerced to its annotated type."""
     fields = dataclasses.fields(cls)
     missing = [f.name for f in fields if f.name not in data]
