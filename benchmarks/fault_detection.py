@@ -15,6 +15,16 @@ subset of seeds is then judged exactly as a run judges a prompt (`analyze` at al
 - False positives: the pool is cut into disjoint groups of seeds (independent runs of about
   200 tokens each); reported: flagged / groups with a one-sided 95 % Clopper-Pearson upper
   bound. For a correct engine the rate must stay <= alpha.
+- The limit (issue 22): the emitted tokens the Neyman-Pearson test needs for the same power at
+  the same alpha. That test knows, at every position of the pool, the correct distribution p
+  (the target's row through the chain) and the faulty one f (`output_distribution` of the
+  engine's rule with the draft's row there, exactly as the reference engine sampled; a bonus
+  token after a fully accepted draft is p under both). Its statistic is the sum of the tokens'
+  log-likelihood ratios log f(x)/p(x), here clipped to +-`CLIP` (a valid test, so its count is
+  an upper bound on the limit), by the normal approximation of the sum given the positions:
+  n = ((z_(1-alpha) s0 + z_power s1) / (m1 - m0))**2. A fault that emits tokens the correct
+  sampler cannot (p(x) = 0) is seen by the first such token; where that needs fewer tokens the
+  limit is that count. `off_by_one` records the wrong rows by construction, so it has no limit.
 
     python benchmarks/fault_detection.py [--prompt chat/haiku_autumn] [--seeds 48] [--max-tokens 24]
 """
@@ -27,14 +37,18 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
 
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
-from equiv.engines import load_factory
+from equiv.engines import EngineFactory, load_factory
+from equiv.engines.acceptance_rules import Rule, output_distribution
+from equiv.engines.reference import ReferenceEngine, _probs
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
+from equiv.records import Generation
 from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
@@ -56,10 +70,104 @@ BUDGETS = [25, 50, 100, 200, 400, 800, 1600, 3200]
 ALPHA = 0.01
 GROUP_TOKENS = 200
 STAGE_PIT = "residual_pit"  # with ``acceptance``: the judgement evidence
+POWER = 0.95
+CLIP = 20.0  # the log-likelihood ratio's clip, in nats
+#: A mean log-likelihood-ratio gap below this is rounding (f = p): no fault to see.
+GAP_NONE = 1e-9
+
+
+@dataclasses.dataclass
+class Moments:
+    """Per emitted position of the pool: the clipped log-likelihood ratio's mean and variance
+    under the correct (0) and the faulty (1) distribution, and the faulty mass on tokens the
+    correct sampler cannot emit."""
+
+    m0: list[float] = dataclasses.field(default_factory=list)
+    v0: list[float] = dataclasses.field(default_factory=list)
+    m1: list[float] = dataclasses.field(default_factory=list)
+    v1: list[float] = dataclasses.field(default_factory=list)
+    impossible: list[float] = dataclasses.field(default_factory=list)
+
+    def add(self, p: np.ndarray, f: np.ndarray) -> None:
+        live = p > 0
+        self.impossible.append(float(f[~live].sum()))
+        pl, fl = p[live], f[live]
+        with np.errstate(divide="ignore"):
+            llr = np.clip(np.log(fl) - np.log(pl), -CLIP, CLIP)
+        for m, v, w in (
+            (self.m0, self.v0, pl / pl.sum()),
+            (self.m1, self.v1, fl / max(fl.sum(), 1e-300)),
+        ):
+            mean = float(w @ llr)
+            m.append(mean)
+            v.append(max(0.0, float(w @ (llr - mean) ** 2)))
+
+    def bonus(self) -> None:
+        for values in (self.m0, self.v0, self.m1, self.v1, self.impossible):
+            values.append(0.0)
+
+    def limit(self, alpha: float = ALPHA, power: float = POWER) -> tuple[float, str]:
+        """(tokens, how): the smaller of the normal approximation and the impossible-token count."""
+        gap = float(np.mean(self.m1) - np.mean(self.m0))
+        z = sps.norm.ppf(1 - alpha) * np.sqrt(np.mean(self.v0)) + sps.norm.ppf(power) * np.sqrt(
+            np.mean(self.v1)
+        )
+        normal = float((z / gap) ** 2) if gap > GAP_NONE else float("inf")
+        pi = float(np.mean(self.impossible))
+        first = float(np.log(1 - power) / np.log1p(-pi)) if pi > 0 else float("inf")
+        return (first, "impossible token") if first < normal else (normal, "llr")
+
+
+class _Recorded:
+    """A speculative reference engine that adds each generation's positions to ``moments``."""
+
+    def __init__(self, inner: ReferenceEngine, moments: Moments) -> None:
+        self.inner, self.moments = inner, moments
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Generation:
+        out = self.inner.generate(*args, **kwargs)
+        _add(self.moments, self.inner, out, kwargs["sampling"])
+        return out
+
+
+def _recording(engine: str, moments: Moments) -> EngineFactory:
+    """`engine`'s factory, recording the limit's moments (see the module docstring)."""
+    factory = load_factory(engine)
+
+    def make(config: RunConfig, *, speculative: bool) -> Any:
+        made = factory(config, speculative=speculative)
+        if speculative and isinstance(made, ReferenceEngine) and made.rule is not Rule.OFF_BY_ONE:
+            return _Recorded(made, moments)
+        return made
+
+    return make
+
+
+def _add(
+    moments: Moments, engine: ReferenceEngine, out: Generation, sampling: SamplingConfig
+) -> None:
+    judged = {j.pos: j for j in out.judgements}
+    assert out.logits is not None
+    for pos in range(len(out.tokens)):
+        j = judged.get(pos)
+        if j is None:
+            moments.bonus()
+            continue
+        p = _probs(out.logits[pos], sampling, sampling.temp)
+        q = _probs(j.draft_row, sampling, sampling.temp)
+        wrong = (
+            _probs(j.draft_row, sampling, sampling.temp * 2)
+            if engine.rule is Rule.WRONG_TEMP
+            else None
+        )
+        moments.add(p, output_distribution(engine.rule, p, q, q_wrong=wrong))
 
 
 def sample_pool(
-    engine: str, prompt_key: str, seeds: int, max_tokens: int, tmp: Path
+    engine: str, prompt_key: str, seeds: int, max_tokens: int, tmp: Path, moments: Moments
 ) -> list[Sample]:
     pair = resolve_pair()
     config = RunConfig(
@@ -73,7 +181,7 @@ def sample_pool(
     )
     prompts = [p for p in load_suites() if p.key == prompt_key]
     path = tmp / f"{engine.replace(':', '_')}.jsonl"
-    with Runner(config, load_factory(engine), path, controls=False) as runner:
+    with Runner(config, _recording(engine, moments), path, controls=False) as runner:
         runner.run(plan(prompts, config))
         return [Sample.of(r) for r in runner.results.read().results]
 
@@ -149,17 +257,25 @@ def main() -> None:
     rng = np.random.default_rng(2026)
     print(f"prompt {args.prompt}, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
     head = "engine | pool (tokens) | tokens for power >= 0.95 | same, emitted tokens only"
-    print(f"| {head} | flagged runs of ~{GROUP_TOKENS} tokens | time |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    limit = f"Neyman-Pearson limit at power {POWER}"
+    print(f"| {head} | {limit} | ratio | flagged runs of ~{GROUP_TOKENS} tokens | time |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for engine in args.engines.split(","):
             t0 = time.perf_counter()
-            pool = sample_pool(engine, args.prompt, args.seeds, args.max_tokens, Path(tmp))
+            moments = Moments()
+            pool = sample_pool(engine, args.prompt, args.seeds, args.max_tokens, Path(tmp), moments)
             full = needed(pool, rng, args.reps)
             blind = needed(black_box(pool), rng, args.reps)
             fp = false_positives(pool)
+            np_text, ratio = "-", "-"
+            if moments.m0:
+                n, how = moments.limit()
+                np_text = f"{n:.0f} ({how})" if np.isfinite(n) else "none (no fault visible)"
+                if np.isfinite(n) and full.isdigit():
+                    ratio = f"{int(full) / max(n, 1.0):.1f}x"
             print(
-                f"| {engine} | {tokens_of(pool)} | {full} | {blind} | {fp} | "
+                f"| {engine} | {tokens_of(pool)} | {full} | {blind} | {np_text} | {ratio} | {fp} | "
                 f"{time.perf_counter() - t0:.0f} s |",
                 flush=True,
             )
