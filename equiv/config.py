@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from equiv.errors import ConfigError
-from equiv.json_types import JSONDict, JSONObject
+from equiv.json_types import JSONDict, JSONObject, json_object
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -310,22 +310,22 @@ class RunConfig:
                 )
 
     def for_path(self, *, speculative: bool) -> RunConfig:
-        """The configuration one path actually runs with (overrides applied on speculative)."""
+        """The configuration one path actually runs with (overrides applied on speculative):
+        the configuration as its record holds it, with each override written over its setting."""
         if not speculative or not self.spec_overrides:
             return self
-        # dataclasses.replace's keywords: each value has its own field's type, not one for all
-        plain: dict[str, Any] = {}
-        sampling: dict[str, Any] = {}
+        data = self.to_dict()
+        sampling = dict(json_object(data["sampling"]))
         for key, value in self.spec_overrides:
             if key == "target":
-                plain["target"] = ModelSpec(str(value), provenance="user (speculative only)")
+                target = ModelSpec(str(value), provenance="user (speculative only)")
+                data["target"] = target.to_dict()
             elif key in _SAMPLING_KEYS:
                 sampling[key] = value
             else:
-                plain[key] = value
-        if sampling:
-            plain["sampling"] = dataclasses.replace(self.sampling, **sampling)
-        return dataclasses.replace(self, spec_overrides=(), **plain)
+                data[key] = value
+        data.update(sampling=sampling, spec_overrides=[])
+        return RunConfig.from_dict(data)
 
     @property
     def self_draft(self) -> bool:
