@@ -17,8 +17,15 @@ from equiv.config import (
     validate_sampling,
 )
 from equiv.errors import ConfigError
-from equiv.options.config_file import merge_toml
-from equiv.options.table import RUN_OPTIONS, OptionValues, on_off, split_list
+from equiv.options.config_file import (
+    integer,
+    maybe_integer,
+    maybe_text,
+    merge_toml,
+    number,
+    text,
+)
+from equiv.options.table import RUN_OPTIONS, OptionValues, given, on_off, split_list
 
 if TYPE_CHECKING:
     from equiv.models.pair import ModelPair
@@ -86,17 +93,24 @@ def build_config(
     v = merge_toml(values)
     # Every sampling value is checked whatever the mode (temp 0 ignores them, but a value no
     # run could use is a mistake to point out), before any model file is read.
+    temp, top_k, top_p = number(v, "temp"), integer(v, "top_k"), number(v, "top_p")
+    min_p, repeat_penalty = number(v, "min_p"), number(v, "repeat_penalty")
     validate_sampling(
-        temp=v["temp"],
-        top_k=v["top_k"],
-        top_p=v["top_p"],
-        min_p=v["min_p"],
+        temp=temp,
+        top_k=top_k,
+        top_p=top_p,
+        min_p=min_p,
         typical_p=1.0,
-        repeat_penalty=v["repeat_penalty"],
+        repeat_penalty=repeat_penalty,
     )
     from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
 
-    pair = resolve_pair(v["target"], v["draft"], draft_quant=v["draft_quant"], pair=v["pair"])
+    pair = resolve_pair(
+        maybe_text(v, "target"),
+        maybe_text(v, "draft"),
+        draft_quant=text(v, "draft_quant"),
+        pair=text(v, "pair"),
+    )
     try:
         mode = Mode(v["mode"])
     except ValueError:
@@ -108,37 +122,37 @@ def build_config(
         SamplingConfig(temp=0.0)
         if mode is Mode.TEMP0
         else SamplingConfig(
-            temp=v["temp"],
-            top_k=v["top_k"],
-            top_p=v["top_p"],
-            min_p=v["min_p"],
-            repeat_penalty=v["repeat_penalty"],
+            temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty
         )
     )
     seeds: tuple[int, ...] = ()
     if mode is Mode.SAMPLING:
-        seeds = tuple(range(v["seed_start"], v["seed_start"] + v["seeds"]))
-    extra = {} if v["threads"] is None else {"n_threads": v["threads"]}
+        start = integer(v, "seed_start")
+        seeds = tuple(range(start, start + integer(v, "seeds")))
+    threads = maybe_integer(v, "threads")
+    extra = {} if threads is None else {"n_threads": threads}
     config = RunConfig(
         target=pair.target,
         draft=pair.draft,
-        suites=tuple(v["suite"]),
+        suites=tuple(given(v["suite"])),
         mode=mode,
         sampling=sampling,
         draft_config=DraftConfig(
-            draft_max=v["draft_max"], draft_min=v["draft_min"], p_min=v["draft_p_min"]
+            draft_max=integer(v, "draft_max"),
+            draft_min=integer(v, "draft_min"),
+            p_min=number(v, "draft_p_min"),
         ),
         seeds=seeds,
-        max_tokens=v["max_tokens"],
-        n_ctx=v["n_ctx"],
-        n_batch=v["n_batch"],
-        n_ubatch=v["n_ubatch"],
+        max_tokens=maybe_integer(v, "max_tokens"),
+        n_ctx=integer(v, "n_ctx"),
+        n_batch=integer(v, "n_batch"),
+        n_ubatch=integer(v, "n_ubatch"),
         flash_attn=bool(v["flash_attn"]),
-        engine=v["engine"],
-        alpha=v["alpha"],
-        looks=v["looks"],
-        quality_margin=v["quality_margin"],
-        engine_options=engine_options(v, v["engine"], workdir=workdir),
+        engine=text(v, "engine"),
+        alpha=number(v, "alpha"),
+        looks=integer(v, "looks"),
+        quality_margin=number(v, "quality_margin"),
+        engine_options=engine_options(v, text(v, "engine"), workdir=workdir),
         spec_overrides=spec_overrides(v["spec"]),
         **extra,
     )

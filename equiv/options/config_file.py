@@ -1,6 +1,7 @@
 """Option values from their three sources: the command line's (or the plugin's) win over a
 TOML config file's (``config``), which win over the defaults. A TOML value is checked against its
-option as the command line would check it.
+option as the command line would check it; `number`, `integer`, `text` (and their ``maybe_``
+forms, None where not given) read a merged value as its option's type.
 """
 
 from __future__ import annotations
@@ -12,14 +13,24 @@ from typing import Any
 
 from equiv.config import load_toml
 from equiv.errors import ConfigError, describe
-from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS, Option, OptionValues, split_list
+from equiv.options.table import (
+    PLUGIN_OPTIONS,
+    RUN_OPTIONS,
+    Option,
+    OptionValue,
+    OptionValues,
+    split_list,
+)
 
-__all__ = ["merge_toml"]
+__all__ = ["integer", "maybe_integer", "maybe_number", "maybe_text", "merge_toml", "number", "text"]
 
 
-def merge_toml(values: OptionValues, options: tuple[Option, ...] = RUN_OPTIONS) -> dict[str, Any]:
-    """Explicit values win over the TOML file named by ``config``, which wins over defaults."""
-    merged: dict[str, Any] = {}
+def merge_toml(
+    values: OptionValues, options: tuple[Option, ...] = RUN_OPTIONS
+) -> dict[str, OptionValue]:
+    """Explicit values win over the TOML file named by ``config``, which wins over defaults;
+    read them typed with `number`, `integer`, `text` (or `equiv.options.table.given`)."""
+    merged: dict[str, OptionValue] = {}
     toml: dict[str, Any] = {}
     if values.get("config"):
         toml = {k.replace("-", "_"): v for k, v in load_toml(str(values["config"])).items()}
@@ -43,6 +54,54 @@ def merge_toml(values: OptionValues, options: tuple[Option, ...] = RUN_OPTIONS) 
             value = [*split_list(toml.get("spec")), *value]
         merged[opt.dest] = value
     return merged
+
+
+# -- merged values, typed: each option's converter (or the TOML check) made it of its type -----
+def _wrong(dest: str, expected: str, value: OptionValue) -> ConfigError:
+    return ConfigError(f"option {dest} must be {expected}, found {describe(value)}")
+
+
+def maybe_number(values: OptionValues, dest: str) -> float | None:
+    """A numeric option's value as given (an integer stays an integer), or None."""
+    value = values.get(dest)
+    if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+        return value
+    raise _wrong(dest, "a number", value)
+
+
+def number(values: OptionValues, dest: str) -> float:
+    value = maybe_number(values, dest)
+    if value is None:
+        raise _wrong(dest, "a number", value)
+    return value
+
+
+def maybe_integer(values: OptionValues, dest: str) -> int | None:
+    value = values.get(dest)
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise _wrong(dest, "an integer", value)
+
+
+def integer(values: OptionValues, dest: str) -> int:
+    value = maybe_integer(values, dest)
+    if value is None:
+        raise _wrong(dest, "an integer", value)
+    return value
+
+
+def maybe_text(values: OptionValues, dest: str) -> str | None:
+    value = values.get(dest)
+    if value is None or isinstance(value, str):
+        return value
+    raise _wrong(dest, "a string", value)
+
+
+def text(values: OptionValues, dest: str) -> str:
+    value = maybe_text(values, dest)
+    if value is None:
+        raise _wrong(dest, "a string", value)
+    return value
 
 
 def _toml_value(opt: Option, key: str, value: Any, path: str) -> Any:

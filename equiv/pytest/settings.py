@@ -91,7 +91,8 @@ def _tool_equiv(rootpath: Path) -> str | None:
 def read_settings(config: pytest.Config) -> Settings:
     """The session's settings; a value no run could use is a `pytest.UsageError`."""
     from equiv.errors import EquivError
-    from equiv.options.config_file import merge_toml
+    from equiv.options.config_file import maybe_number, maybe_text, merge_toml
+    from equiv.options.table import given
     from equiv.pytest.session import Policy
     from equiv.records.verdict import Label
 
@@ -109,13 +110,13 @@ def read_settings(config: pytest.Config) -> Settings:
         )
     try:  # a label that is not one, a rate outside [0, 1]
         policy = Policy(
-            fail_on=frozenset(Label(x) for x in merged["fail_on"]),
-            warn_on=frozenset(Label(x) for x in merged["warn_on"]),
-            max_drift_rate=merged["max_drift_rate"],
+            fail_on=frozenset(Label(x) for x in given(merged["fail_on"])),
+            warn_on=frozenset(Label(x) for x in given(merged["warn_on"])),
+            max_drift_rate=maybe_number(merged, "max_drift_rate"),
             fail_on_quality_drop=bool(merged["fail_on_quality_drop"]),
         )
     except (ValueError, EquivError) as exc:
         labels = ", ".join(label.value for label in Label)
         raise pytest.UsageError(f"equiv: {exc} (labels: {labels})") from None
-    report = here / merged["report"] if merged["report"] else None
+    report = here / directory if (directory := maybe_text(merged, "report")) else None
     return Settings(values=merged, modes=modes, policy=policy, report=report)

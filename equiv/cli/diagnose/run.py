@@ -41,7 +41,7 @@ def execute(
 
     from equiv.cli.progress import Progress
     from equiv.options.build import build_config
-    from equiv.options.config_file import merge_toml
+    from equiv.options.config_file import integer, merge_toml
     from equiv.records import ResultsFile
     from equiv.report import write_report
     from equiv.report.summary_json import write_summary
@@ -82,7 +82,7 @@ def execute(
     for line in verdict_lines(
         temp0,
         sampling,
-        draft_max=merge_toml(values)["draft_max"],
+        draft_max=integer(merge_toml(values), "draft_max"),
         user_temp=mapping.user_temp,
         analyses=analyses,
         seeds=seeds,
