@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import llama_cpp
+import numpy as np
 from llama_cpp import _internals
 
 from equiv.config import RunConfig
 from equiv.errors import ModelError
 from equiv.models.quiet import quiet_stderr
 
-__all__ = ["load_llama", "shared_models"]
+__all__ = ["load_llama", "reset", "shared_models"]
 
 _lock = threading.RLock()
 #: Loaded models by file identity: (the llama-cpp-python model wrapper, its user count).
@@ -112,3 +113,18 @@ def load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any)
             f"llama.cpp could not load {path!r} ({exc}); check that it is a complete GGUF file "
             f"of an architecture llama-cpp-python {llama_cpp.__version__} supports"
         ) from None
+
+
+def reset(llm: Any) -> None:
+    """``llm.reset()`` for a new prompt, with a fresh score buffer where it keeps every row.
+
+    With ``logits_all`` llama-cpp-python stores each evaluated row at its absolute position in
+    ``scores`` (n_ctx x vocabulary: 2 GiB of address space for Gemma at n_ctx 2048), and a page
+    once written stays resident. Prompts of different lengths write rows at different
+    positions, so over a run the resident part grew by about 80 MiB per long prompt. After a
+    reset every row is evaluated again before it is read, so a new, untouched buffer changes
+    nothing but the memory: the old one is returned to the system.
+    """
+    llm.reset()
+    if llm._logits_all:
+        llm.scores = np.ndarray(llm.scores.shape, dtype=np.single)

@@ -30,9 +30,10 @@ from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.engines.chat import BUILTIN_TEMPLATES, apply_builtin_template
 from equiv.engines.draft import GGUFDraftModel, last_row
-from equiv.engines.llama_load import load_llama
+from equiv.engines.llama_load import load_llama, reset
 from equiv.engines.replay import Checkpoint, Replay, cannot_roll_back, decode
 from equiv.errors import EngineError, ModelError
+from equiv.json_types import JSONDict
 from equiv.models.gguf import read_gguf_info
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
@@ -307,7 +308,7 @@ class LlamaCppEngine:
             return
         if llm.n_tokens >= len(head) and llm.input_ids[: len(head)].tolist() == head:
             return
-        llm.reset()
+        reset(llm)
         if head:
             self._eval_without_rows(head)
 
@@ -320,7 +321,7 @@ class LlamaCppEngine:
         if self._prefix is not None and self._prefix.tokens == tuple(head):
             self._prefix.restore(llm)
             return
-        llm.reset()
+        reset(llm)
         self._prefix = None
         if head:
             self._eval_without_rows(head)
@@ -347,7 +348,7 @@ class LlamaCppEngine:
         from it. Memory stays independent of the prompt's length x the vocabulary.
         """
         llm = self.llm
-        llm.reset()
+        reset(llm)
         self._eval_without_rows(prompt_tokens)
         if llm._logits_all:
             llm.scores[len(prompt_tokens) - 1] = _last_row(llm)
@@ -412,10 +413,10 @@ class LlamaCppEngine:
         return tuple(steps)
 
     # -- facts -------------------------------------------------------------------------------
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> JSONDict:
         cfg = self.config
         target = read_gguf_info(cfg.target.path)
-        fp: dict[str, Any] = {
+        fp: JSONDict = {
             "engine": "llamacpp",
             "path": self.path,
             "llama_cpp_python": llama_cpp.__version__,

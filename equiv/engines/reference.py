@@ -32,6 +32,7 @@ from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.base import Capabilities, EngineFactory
 from equiv.engines.draft import last_row
+from equiv.engines.llama_load import reset
 from equiv.engines.llamacpp import LlamaCppEngine, _load_llama
 from equiv.engines.replay import Checkpoint
 from equiv.errors import ConfigError
@@ -97,7 +98,7 @@ class ReferenceEngine(LlamaCppEngine):
         wrong_temp = temp * 2 if temp > 0 else 1.0
         context = list(prompt_tokens[:-1])
         pending = [int(prompt_tokens[-1])]  # emitted (or prompt) tokens the target has not seen
-        target.reset()
+        reset(target)
         draft.reset()
         if context:
             self._eval_without_rows(context)  # the target: KV only, no prompt rows
