@@ -424,7 +424,12 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    try:
+        parser = _parser()  # gathers the engines' options: a package's may fail to load
+    except EquivError as exc:
+        print(f"equiv: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    args = parser.parse_args(argv)
     try:
         if args.command == "run":
             return _cmd_run(args, argv)

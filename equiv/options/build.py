@@ -25,7 +25,7 @@ from equiv.options.config_file import (
     number,
     text,
 )
-from equiv.options.table import RUN_OPTIONS, OptionValues, given, on_off, split_list
+from equiv.options.table import OptionValues, given, on_off, run_options, split_list
 
 if TYPE_CHECKING:
     from equiv.models.pair import ModelPair
@@ -36,7 +36,7 @@ __all__ = ["build_config", "engine_options", "spec_overrides"]
 def spec_overrides(entries: Any) -> tuple[tuple[str, Setting], ...]:
     """``["n_ctx=1024", "temp=0.7"]`` -> ``(("n_ctx", 1024), ("temp", 0.7))``, each value of the
     type its run option has (``RunConfig`` then refuses a key it cannot override)."""
-    by_dest = {o.dest: o for o in RUN_OPTIONS}
+    by_dest = {o.dest: o for o in run_options()}
     by_dest["n_threads"] = by_dest["threads"]
     out: list[tuple[str, Setting]] = []
     for entry in split_list(entries):
@@ -66,7 +66,7 @@ def engine_options(
     lets an engine keep its logs beside the results."""
     name = engine.partition(":")[0]
     own: list[tuple[str, Setting]] = []
-    for opt in RUN_OPTIONS:
+    for opt in run_options():
         if opt.engine is None:
             continue
         value = values.get(opt.dest)

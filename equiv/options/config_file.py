@@ -15,10 +15,10 @@ from equiv.config import load_toml
 from equiv.errors import ConfigError, describe
 from equiv.options.table import (
     PLUGIN_OPTIONS,
-    RUN_OPTIONS,
     Option,
     OptionValue,
     OptionValues,
+    run_options,
     split_list,
 )
 
@@ -26,10 +26,13 @@ __all__ = ["integer", "maybe_integer", "maybe_number", "maybe_text", "merge_toml
 
 
 def merge_toml(
-    values: OptionValues, options: tuple[Option, ...] = RUN_OPTIONS
+    values: OptionValues, options: tuple[Option, ...] | None = None
 ) -> dict[str, OptionValue]:
     """Explicit values win over the TOML file named by ``config``, which wins over defaults;
-    read them typed with `number`, `integer`, `text` (or `equiv.options.table.given`)."""
+    read them typed with `number`, `integer`, `text` (or `equiv.options.table.given`).
+    ``options``: those to merge (default: `equiv.options.table.run_options`)."""
+    if options is None:
+        options = run_options()
     merged: dict[str, OptionValue] = {}
     toml: dict[str, Any] = {}
     if values.get("config"):
@@ -39,7 +42,7 @@ def merge_toml(
     unknown = sorted(set(toml) - known - {o.dest for o in PLUGIN_OPTIONS})
     if unknown:
         raise ConfigError(f"unknown option(s) in {values['config']!r}: {', '.join(unknown)}")
-    by_dest = {o.dest: o for o in (*RUN_OPTIONS, *PLUGIN_OPTIONS)}
+    by_dest = {o.dest: o for o in (*run_options(), *PLUGIN_OPTIONS)}
     for key, value in toml.items():
         toml[key] = _toml_value(by_dest[key], key, value, str(values["config"]))
     for opt in options:

@@ -3,14 +3,19 @@
 Each `Option` becomes ``--name`` for ``equiv run`` and ``--equiv-name`` for pytest, and the same
 key in a TOML config (``[tool.equiv]``, with dashes or underscores). Its converter checks a value
 as the command line, the ini file and the TOML config all need it checked.
+
+``RUN_OPTIONS`` (`run_options`) are the core options (`CORE_OPTIONS`) and then the options each
+engine declares: the built-in engines' (the server's in `equiv.engines.server.options`), then
+those a package declares in the ``equiv.engine_options`` entry-point group.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+import functools
+import importlib
+import importlib.metadata
+from typing import Any
 
 from equiv.config import (
     BUILTIN_PAIRS,
@@ -21,8 +26,11 @@ from equiv.config import (
     validate_quality_margin,
 )
 from equiv.errors import ConfigError
+from equiv.options.option import Option, OptionValue, OptionValues
 
 __all__ = [
+    "CORE_OPTIONS",
+    "ENGINE_OPTIONS_GROUP",
     "PLUGIN_OPTIONS",
     "RUN_OPTIONS",
     "Option",
@@ -31,42 +39,9 @@ __all__ = [
     "add_arguments",
     "given",
     "on_off",
+    "run_options",
     "split_list",
 ]
-
-
-#: One option's value: what its converter made of the command line, the ini file or the TOML
-#: config (a flag's bool, a number, a string), a list of strings for an option given several
-#: times, None where it was not given.
-OptionValue: TypeAlias = str | int | float | bool | list[str] | None
-#: Option values by their ``dest`` (``vars(args)`` of ``equiv run``, the plugin's options);
-#: `equiv.options.config_file.merge_toml` merges a TOML config and the defaults in.
-OptionValues: TypeAlias = Mapping[str, OptionValue]
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str
-    help: str
-    type: Callable[[str], Any] = str
-    default: Any = None
-    metavar: str | None = None
-    choices: tuple[str, ...] | None = None
-    flag: bool = False  # a store_true switch
-    multiple: bool = False  # may be given several times (and as a comma list)
-    engine: str | None = None  # an option of this engine only: it goes to config.engine_options
-    # llama.cpp's spellings of the same option, accepted by ``equiv run`` so a user pastes their
-    # flags (``-c 4096 -t 8 -fa on``); the pytest plugin keeps to ``--equiv-<name>``.
-    aliases: tuple[str, ...] = ()
-
-    @property
-    def dest(self) -> str:
-        return self.name.replace("-", "_")
-
-    @property
-    def kind(self) -> str:
-        """The TOML type this option's value must have: "integer", "number" or "string"."""
-        return _KINDS.get(self.type, "string")
 
 
 def _margin(text: str) -> float:
@@ -96,14 +71,8 @@ def _looks(text: str) -> int:
     return value
 
 
-def _concurrency(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--server-concurrency {value}: give a count >= 1")
-    return value
-
-
-RUN_OPTIONS: tuple[Option, ...] = (
+#: The options of every run, whatever its engine; `run_options` adds the engines' own.
+CORE_OPTIONS: tuple[Option, ...] = (
     Option(
         "config", "TOML file with these options ([tool.equiv] table or top level)", metavar="TOML"
     ),
@@ -270,68 +239,6 @@ RUN_OPTIONS: tuple[Option, ...] = (
         default="llamacpp",
         metavar="ENGINE",
     ),
-    # -- the server engine (equiv.engines.server.engine) -------------------------------------------
-    Option(
-        "server-bin",
-        "--engine server: start llama-server from this binary",
-        metavar="PATH",
-        engine="server",
-    ),
-    Option(
-        "server-args",
-        "--engine server with --server-bin: more llama-server flags for both paths, quoted "
-        "(e.g. '-ngl 99 -ctk q8_0'; equiv sets model, context, slots, batch, threads, seed)",
-        metavar="FLAGS",
-        engine="server",
-    ),
-    Option(
-        "server-draft-args",
-        "--engine server with --server-bin: more flags for the speculative server only "
-        "(e.g. '-ngld 99')",
-        metavar="FLAGS",
-        engine="server",
-    ),
-    Option(
-        "baseline-url",
-        "--engine server: a running server for the baseline",
-        metavar="URL",
-        engine="server",
-    ),
-    Option(
-        "speculative-url",
-        "--engine server: a running server with a draft model",
-        metavar="URL",
-        engine="server",
-    ),
-    Option(
-        "server-api",
-        "llama (llama-server /completion), openai (/v1/completions), auto: llama if /props answers",
-        default="auto",
-        choices=("auto", "llama", "openai"),
-        engine="server",
-    ),
-    Option(
-        "server-model",
-        "model name of OpenAI requests (default: first served)",
-        metavar="M",
-        engine="server",
-    ),
-    Option(
-        "server-concurrency",
-        "requests in flight per server (and llama-server slots); default 1 at temp 0 (servers "
-        "are not batch-invariant), 4 in sampling mode",
-        type=_concurrency,
-        metavar="N",
-        engine="server",
-    ),
-    Option(
-        "server-timeout",
-        "seconds to wait for one answer",
-        type=float,
-        default=600.0,
-        metavar="S",
-        engine="server",
-    ),
 )
 
 
@@ -371,6 +278,79 @@ PLUGIN_OPTIONS: tuple[Option, ...] = (
 )
 
 
+#: The entry-point group where a package declares its engine's options: each entry point names a
+#: tuple of `Option`, each with ``engine="<the engine's name>"``.
+ENGINE_OPTIONS_GROUP = "equiv.engine_options"
+# The built-in engines' options, named by strings (as `equiv.engines.registry` names the engines)
+# and imported only when asked for: the option table imports no engine.
+_BUILTIN_ENGINE_OPTIONS = {"server": "equiv.engines.server.options:OPTIONS"}
+_FIX = (
+    "the entry point must name a tuple of equiv.options.table.Option, each with "
+    "engine='<its engine>' and a name no other option has"
+)
+
+
+@functools.cache
+def run_options() -> tuple[Option, ...]:
+    """The options of ``equiv run`` (and ``--equiv-*`` in pytest): `CORE_OPTIONS`, then each
+    engine's own, the built-in engines' first, then those of the `ENGINE_OPTIONS_GROUP` entry
+    points. A declaration that cannot be loaded, or that clashes, is a `ConfigError`."""
+    options = list(CORE_OPTIONS)
+    ours = (*CORE_OPTIONS, *PLUGIN_OPTIONS)
+    taken = {name: "an option of equiv" for o in ours for name in _names(o)}
+    for target in _BUILTIN_ENGINE_OPTIONS.values():
+        module, _, attr = target.partition(":")
+        options += _checked(getattr(importlib.import_module(module), attr), target, taken)
+    for ep in importlib.metadata.entry_points(group=ENGINE_OPTIONS_GROUP):
+        where = f"entry point {ep.name!r} = {ep.value!r} of group {ENGINE_OPTIONS_GROUP!r}"
+        dist = getattr(ep, "dist", None)
+        package = f"the package {dist.name!r}" if dist is not None else "the package declaring it"
+        try:
+            declared = ep.load()
+        except Exception as exc:  # a third-party import may fail in any way: named, no traceback
+            raise ConfigError(
+                f"{where} cannot be loaded ({type(exc).__name__}: {exc}); fix or uninstall "
+                f"{package}"
+            ) from None
+        options += _checked(declared, where, taken)
+    return tuple(options)
+
+
+def _names(opt: Option) -> tuple[str, ...]:
+    """The spellings of ``opt`` on the command line, and its ``dest`` (its TOML and ini key)."""
+    return (opt.dest, f"--{opt.name}", *opt.aliases)
+
+
+def _checked(declared: object, where: str, taken: dict[str, str]) -> tuple[Option, ...]:
+    """``declared``, the engine options named by ``where``, once known to be a tuple of `Option`
+    of an engine whose names are free; ``taken`` then holds their names too."""
+    if not isinstance(declared, tuple) or not all(isinstance(o, Option) for o in declared):
+        raise ConfigError(f"{where} names {declared!r:.80}, not a tuple of Option; {_FIX}")
+    for opt in declared:
+        if opt.engine is None:
+            raise ConfigError(f"{where}: option {opt.name!r} has no engine=...; {_FIX}")
+        for name in _names(opt):
+            if name in taken:
+                raise ConfigError(
+                    f"{where}: option {opt.name!r} clashes with {taken[name]} ({name!r}); "
+                    "rename it, e.g. with the engine's name in front"
+                )
+            taken[name] = f"an option of {where}"
+    return declared
+
+
+#: `run_options`, as a name to import; declared here, gathered by `__getattr__` when first read.
+RUN_OPTIONS: tuple[Option, ...]
+
+
+def __getattr__(name: str) -> tuple[Option, ...]:
+    """``RUN_OPTIONS``: `run_options`, gathered when first asked for (an engine's declaration
+    that fails is then an error of the command, not of an import)."""
+    if name == "RUN_OPTIONS":
+        return run_options()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def on_off(text: str) -> bool:
     """llama.cpp's ``on|off`` (and ``true|false``, ``1|0``) for a switch."""
     value = text.strip().lower()
@@ -379,19 +359,6 @@ def on_off(text: str) -> bool:
     if value in ("off", "false", "0", "no"):
         return False
     raise argparse.ArgumentTypeError(f"{text!r}: give on or off")
-
-
-#: The TOML type each option's argparse converter expects: "integer", "number" or "string".
-_KINDS: dict[Callable[[str], Any], str] = {
-    int: "integer",
-    _seeds: "integer",
-    _looks: "integer",
-    _concurrency: "integer",
-    float: "number",
-    _rate: "number",
-    _margin: "number",
-    str: "string",
-}
 
 
 def split_list(value: Any) -> list[str]:
@@ -415,9 +382,10 @@ def given(value: OptionValue) -> list[str]:
 
 
 def add_arguments(
-    parser: argparse.ArgumentParser, options: tuple[Option, ...] = RUN_OPTIONS
+    parser: argparse.ArgumentParser, options: tuple[Option, ...] | None = None
 ) -> None:
-    for opt in options:
+    """``options`` (default: `run_options`) as arguments of ``parser``."""
+    for opt in run_options() if options is None else options:
         names = (f"--{opt.name}", *opt.aliases)
         if opt.flag:
             parser.add_argument(

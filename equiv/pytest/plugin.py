@@ -242,7 +242,13 @@ def equiv_check(request: pytest.FixtureRequest) -> Callable[..., Check]:
 # -- hooks -----------------------------------------------------------------------------------
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("equiv", "equiv: speculative decoding must leave the output unchanged")
-    for opt in options():
+    from equiv.errors import ConfigError
+
+    try:
+        every = options()  # gathers the engines' options: a package's may fail to load
+    except ConfigError as exc:
+        raise pytest.UsageError(f"equiv: {exc}") from None
+    for opt in every:
         name, helptext = option_name(opt.name), opt.help
         kind: dict[str, object] = {"action": "store_true"}  # argparse keywords
         if opt.multiple:

@@ -51,9 +51,9 @@ class Settings:
 
 def options() -> tuple[Option, ...]:
     """Every option of the plugin: ``equiv run``'s and its own, from the one option table."""
-    from equiv.options.table import PLUGIN_OPTIONS, RUN_OPTIONS
+    from equiv.options.table import PLUGIN_OPTIONS, run_options
 
-    return (*RUN_OPTIONS, *PLUGIN_OPTIONS)
+    return (*run_options(), *PLUGIN_OPTIONS)
 
 
 def choices(opt: Option) -> tuple[str, ...] | None:

@@ -178,10 +178,10 @@ def pass_through(cmd: LlamaCommand) -> tuple[list[str], list[str]]:
 def run_command(values: OptionValues, *, mode: str, out: Path | str) -> list[str]:
     """The ``equiv run`` command line (argv, from ``run``) of mapped option values: what a
     user copies to rerun one part of a diagnosis."""
-    from equiv.options.table import RUN_OPTIONS, given
+    from equiv.options.table import given, run_options
 
     argv = ["run", "--mode", mode]
-    for opt in RUN_OPTIONS:
+    for opt in run_options():
         value = values.get(opt.dest)
         if value is None or opt.name == "mode" or value is False:
             continue

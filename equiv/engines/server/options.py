@@ -1,0 +1,84 @@
+"""The server engine's options: ``--server-*``, ``--baseline-url`` and ``--speculative-url`` of
+``equiv run`` (``--equiv-server-*`` in pytest, the same keys in TOML). `equiv.options.table`
+gathers them into the run options; they reach the engine as ``config.engine_options``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from equiv.options.option import Option
+
+__all__ = ["OPTIONS"]
+
+
+def _concurrency(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--server-concurrency {value}: give a count >= 1")
+    return value
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "server-bin",
+        "--engine server: start llama-server from this binary",
+        metavar="PATH",
+        engine="server",
+    ),
+    Option(
+        "server-args",
+        "--engine server with --server-bin: more llama-server flags for both paths, quoted "
+        "(e.g. '-ngl 99 -ctk q8_0'; equiv sets model, context, slots, batch, threads, seed)",
+        metavar="FLAGS",
+        engine="server",
+    ),
+    Option(
+        "server-draft-args",
+        "--engine server with --server-bin: more flags for the speculative server only "
+        "(e.g. '-ngld 99')",
+        metavar="FLAGS",
+        engine="server",
+    ),
+    Option(
+        "baseline-url",
+        "--engine server: a running server for the baseline",
+        metavar="URL",
+        engine="server",
+    ),
+    Option(
+        "speculative-url",
+        "--engine server: a running server with a draft model",
+        metavar="URL",
+        engine="server",
+    ),
+    Option(
+        "server-api",
+        "llama (llama-server /completion), openai (/v1/completions), auto: llama if /props answers",
+        default="auto",
+        choices=("auto", "llama", "openai"),
+        engine="server",
+    ),
+    Option(
+        "server-model",
+        "model name of OpenAI requests (default: first served)",
+        metavar="M",
+        engine="server",
+    ),
+    Option(
+        "server-concurrency",
+        "requests in flight per server (and llama-server slots); default 1 at temp 0 (servers "
+        "are not batch-invariant), 4 in sampling mode",
+        type=_concurrency,
+        metavar="N",
+        engine="server",
+    ),
+    Option(
+        "server-timeout",
+        "seconds to wait for one answer",
+        type=float,
+        default=600.0,
+        metavar="S",
+        engine="server",
+    ),
+)
