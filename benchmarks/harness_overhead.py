@@ -77,7 +77,7 @@ def main() -> None:
             # equiv: the real runner, fresh results file each repetition
             runner.results.path = Path(tmp) / f"r{rep}.jsonl"
             t0 = time.perf_counter()
-            records = runner.run(items)
+            records: list[Any] = list(runner.run(items))  # read as JSON
             equiv_times.append(time.perf_counter() - t0)
             # plain: the same prompts and token counts through llama-cpp-python alone
             t0 = time.perf_counter()

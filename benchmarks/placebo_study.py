@@ -31,6 +31,7 @@ from equiv.engines import load_factory
 from equiv.engines.llamacpp import make_engine
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.settings import ServerSettings
+from equiv.json_types import json_float
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
@@ -97,7 +98,8 @@ def run(config: RunConfig, prompts: list[str], out: Path, args: argparse.Namespa
 
 def report(results: ResultsFile, wall: float) -> None:
     labels: Counter[str] = Counter()
-    for analysis in (a.to_dict() for a in results.analyses()):
+    analyses: list[Any] = [a.to_dict() for a in results.analyses()]  # read as JSON
+    for analysis in analyses:
         verdict = verdict_of(analysis)
         labels[verdict.label.value] += 1
         tests = {t["name"]: t for t in analysis["tests"]}
@@ -131,11 +133,12 @@ def reanalyze(path: Path) -> None:
     pure data): what the current rules say of a run made before them."""
     contents = ResultsFile(path).read()
     assert contents.header is not None
-    has_logits = all(c.get("full_logits") for c in contents.header.capabilities.values())
+    capabilities: list[Any] = list(contents.header.capabilities.values())  # read as JSON
+    has_logits = all(c.get("full_logits") for c in capabilities)
     by_prompt: dict[str, list[Sample]] = {}
     for record in contents.results:
         by_prompt.setdefault(record.prompt.key, []).append(Sample.of(record))
-    alpha = contents.header.config["alpha"] / len(by_prompt)
+    alpha = json_float(contents.header.config["alpha"]) / len(by_prompt)
     labels: Counter[str] = Counter()
     for key, records in by_prompt.items():
         analysis = analyze(records, alpha=alpha, has_logits=has_logits)

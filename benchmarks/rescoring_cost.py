@@ -21,6 +21,7 @@ import dataclasses
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
@@ -71,7 +72,7 @@ def sampling_run(config: RunConfig, prompts: list[str], out: Path) -> None:
         runner.run(plan(chosen, config))
     wall = time.perf_counter() - started
     results = ResultsFile(out / "results.jsonl")
-    records = [r.to_dict() for r in results.results()]
+    records: list[Any] = [r.to_dict() for r in results.results()]  # read as JSON
     rescore_s = sum(r.get("rescore_cost", {}).get("wall_s", 0.0) for r in records)
     requests = sum(r.get("rescore_cost", {}).get("requests", 0) for r in records)
     reused = sum(r.get("rescore_cost", {}).get("rows_reused", 0) for r in records)
@@ -84,7 +85,8 @@ def sampling_run(config: RunConfig, prompts: list[str], out: Path) -> None:
         f"{requests / max(len(records), 1):.1f} requests per seed), {rescore_s:.0f} s summed "
         f"over items (<= {rescore_s / wall:.0%} of the wall time)"
     )
-    for analysis in (a.to_dict() for a in results.analyses()):
+    analyses: list[Any] = [a.to_dict() for a in results.analyses()]  # read as JSON
+    for analysis in analyses:
         verdict = verdict_of(analysis)
         tests = {t["name"]: t for t in analysis["tests"]}
         spec = tests.get("pit:vs-placebo", {})

@@ -45,11 +45,11 @@ def correct_paths(config: RunConfig, prompts: list[Any], engine: str, out: Path)
     with Runner(config, load_factory(engine), out / "results.jsonl", controls=False) as runner:
         runner.run(plan(prompts, config))
     wall = time.perf_counter() - started
-    records = [r.to_dict() for r in ResultsFile(out / "results.jsonl").results()]
+    records: list[Any] = [r.to_dict() for r in ResultsFile(out / "results.jsonl").results()]
     diverged = [r for r in records if not r["comparison"]["identical"]]
     labels = Counter(verdict_of(r).label.value for r in diverged)
     cost = [r["rescore_cost"] for r in records if "rescore_cost" in r]
-    found = [verdict_of(r).evidence.get("drift_bound") for r in diverged]
+    found: list[Any] = [verdict_of(r).evidence.get("drift_bound") for r in diverged]
     bounds = [b["bound"] for b in found if b]
     print(f"\n## {engine}: {len(records)} prompts, {len(diverged)} diverged, wall {wall:.0f} s")
     print(f"labels of the divergences: {dict(labels)}")
@@ -117,7 +117,8 @@ def relaxed(config: RunConfig, prompts: list[Any]) -> None:
                 shown = spec if rows == "with rows" else dataclasses.replace(spec, logits=None)
                 verdict = classify_temp0(record, base, shown, rescore=runner.evidence.rescore)
                 counts[f"{rows}: {verdict.label.value}"] += 1
-                bound = (verdict.evidence.get("drift_bound") or {}).get("bound")
+                drift: Any = verdict.evidence.get("drift_bound") or {}
+                bound = drift.get("bound")
                 print(f"  {prompt.key} {rows}: token {d}, gap {gap:.3f}, bound {bound}: "
                       f"{verdict.label.value}")  # fmt: skip
         draft.close()
