@@ -62,12 +62,17 @@ class _Offset:
         )
 
 
-def _engines(config: RunConfig, args: argparse.Namespace, out: Path) -> tuple[Any, Any, Any]:
-    """(baseline, speculative, config): the same deployment on both paths."""
+def _engines(
+    config: RunConfig, args: argparse.Namespace, out: Path
+) -> tuple[ServerEngine | None, Any, Any, RunConfig]:
+    """(the server process's owner or None, baseline, speculative, config): the same deployment
+    on both paths. Over HTTP both paths attach to the one server by URL, so their fingerprints
+    are alike (an engine that started the server also reports its command line, which the run
+    would rightly call another experiment)."""
     if args.in_process:
         pair = (make_engine(config, speculative=False), make_engine(config, speculative=False))
         pair[1].path = "speculative"
-        return (*pair, config)
+        return (None, *pair, config)
     settings = ServerSettings(
         server_bin=args.server_bin, log_dir=str(out / "logs"), concurrency=args.in_flight
     )
@@ -79,7 +84,13 @@ def _engines(config: RunConfig, args: argparse.Namespace, out: Path) -> tuple[An
     )
     placebo = dataclasses.replace(config, engine_options=options)
     try:
-        return server, load_factory("server")(placebo, speculative=True), placebo
+        attach = load_factory("server")
+        return (
+            server,
+            attach(placebo, speculative=False),
+            attach(placebo, speculative=True),
+            placebo,
+        )
     except BaseException:
         server.close()
         raise
@@ -88,11 +99,15 @@ def _engines(config: RunConfig, args: argparse.Namespace, out: Path) -> tuple[An
 def run(config: RunConfig, prompts: list[str], out: Path, args: argparse.Namespace) -> ResultsFile:
     chosen = [p for key in prompts for p in load_suites() if p.key == key]
     path = out / "results.jsonl"
-    baseline, speculative, config = _engines(config, args, out)
+    owner, baseline, speculative, config = _engines(config, args, out)
     if not args.same_seeds:
         speculative = _Offset(speculative, SEED_OFFSET)
-    with Runner(config, None, path, controls=False, engines=(baseline, speculative)) as runner:
-        runner.run(plan(chosen, config), resume=path.exists())
+    try:
+        with Runner(config, None, path, controls=False, engines=(baseline, speculative)) as runner:
+            runner.run(plan(chosen, config), resume=path.exists())
+    finally:
+        if owner is not None:
+            owner.close()
     return ResultsFile(path)
 
 
