@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 from typing import Any
 
 import numpy as np
@@ -21,11 +23,20 @@ PROMPT = b"The capital of France is"
 
 
 @pytest.fixture(scope="module")
-def config() -> RunConfig:
+def config(tmp_path_factory: pytest.TempPathFactory) -> RunConfig:
+    """The tiny pair, its draft copied to a file of this module's own: other tests' open models
+    (session fixtures) never share it, so the counts below are this module's alone."""
     from equiv.models.pair import resolve_pair
 
     pair = resolve_pair(pair="hybrid")  # tiny files, built in seconds and cached
-    return RunConfig(target=pair.target, draft=pair.draft, n_ctx=256, n_threads=1)
+    own = tmp_path_factory.mktemp("llama_load") / "draft.gguf"
+    shutil.copyfile(pair.draft.path, own)
+    draft = dataclasses.replace(pair.draft, path=str(own))
+    return RunConfig(target=pair.target, draft=draft, n_ctx=256, n_threads=1)
+
+
+def _users(path: str) -> int:
+    return shared_models().get(os.path.realpath(path), 0)
 
 
 def _greedy(llm: Any, n: int = 12) -> tuple[list[int], np.ndarray]:
@@ -44,15 +55,15 @@ def _greedy(llm: Any, n: int = 12) -> tuple[list[int], np.ndarray]:
 
 def test_two_contexts_on_one_file_share_its_model_until_the_last_closes(config: RunConfig) -> None:
     path = config.draft.path
-    assert path not in shared_models()
+    assert _users(path) == 0
     first = load_llama(path, config, logits_all=True)
     second = load_llama(path, config, logits_all=False)
     try:
-        assert shared_models()[os.path.realpath(path)] == 2
+        assert _users(path) == 2
         assert first._model._inner is second._model._inner  # one llama_model, two contexts
         assert first._ctx.ctx != second._ctx.ctx
         first.close()
-        assert list(shared_models().values()) == [1]
+        assert _users(path) == 1
         # the survivor still runs on the shared weights after the first one closed
         tokens = second.tokenize(PROMPT, add_bos=True)
         second.eval(tokens)
@@ -60,7 +71,7 @@ def test_two_contexts_on_one_file_share_its_model_until_the_last_closes(config: 
     finally:
         first.close()
         second.close()
-    assert shared_models() == {}
+    assert _users(path) == 0
 
 
 def test_a_shared_model_gives_the_rows_and_tokens_of_a_model_of_its_own(config: RunConfig) -> None:
@@ -85,12 +96,12 @@ def test_other_model_keywords_load_a_model_of_their_own(config: RunConfig) -> No
     plain = load_llama(config.draft.path, config, logits_all=False)
     separate = load_llama(config.draft.path, config, logits_all=False, vocab_only=True)
     try:
-        assert list(shared_models().values()) == [1]  # only `plain` is shared
+        assert _users(config.draft.path) == 1  # only `plain` is shared
         assert separate._model is not plain._model
     finally:
         plain.close()
         separate.close()
-    assert shared_models() == {}
+    assert _users(config.draft.path) == 0
 
 
 def test_a_file_that_is_not_a_model_is_a_clear_error(config: RunConfig, tmp_path: Any) -> None:
@@ -99,4 +110,4 @@ def test_a_file_that_is_not_a_model_is_a_clear_error(config: RunConfig, tmp_path
     with pytest.raises(ModelError, match="could not load") as info:
         load_llama(str(bad), config, logits_all=False)
     assert str(bad) in str(info.value)
-    assert shared_models() == {}
+    assert _users(str(bad)) == 0
