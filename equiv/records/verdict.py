@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from equiv.json_types import JSONDict, JSONObject, json_object
 
-__all__ = ["Label", "Verdict", "verdict_of"]
+__all__ = ["RUN_PRECEDENCE", "SEVERITY", "Label", "Verdict", "verdict_of"]
 
 
 class Label(str, enum.Enum):
@@ -27,6 +27,34 @@ class Label(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: Two orders of the labels, for two questions, kept here side by side.
+#:
+#: `RUN_PRECEDENCE`: which label names a whole run whose prompts got several
+#: (`equiv.verdicts.classify.run_verdict`): the first one present. A misconfiguration first,
+#: since it makes every other comparison of the run meaningless; then a sampler bug, the finding
+#: a user must act on; then numeric drift, a finding that explains the differences; then
+#: inconclusive (some prompts could not be judged, none showed anything); equivalent last.
+RUN_PRECEDENCE: tuple[Label, ...] = (
+    Label.MISCONFIGURATION,
+    Label.SAMPLER_BUG,
+    Label.NUMERIC_DRIFT,
+    Label.INCONCLUSIVE,
+    Label.EQUIVALENT,
+)
+#: `SEVERITY`: how bad a prompt's label is when two runs are compared (`equiv compare`): a move
+#: up this scale is a regression. Here inconclusive ranks *above* numeric drift, the one place
+#: the two orders differ: a prompt whose differences were explained (drift) and now cannot be
+#: judged has lost evidence, which a gate must flag; naming a run, an explained difference says
+#: more than an unjudged one. Misconfiguration and sampler bug are equally bad as changes.
+SEVERITY: dict[Label, int] = {
+    Label.EQUIVALENT: 0,
+    Label.NUMERIC_DRIFT: 1,
+    Label.INCONCLUSIVE: 2,
+    Label.MISCONFIGURATION: 3,
+    Label.SAMPLER_BUG: 3,
+}
 
 
 @dataclass(frozen=True)

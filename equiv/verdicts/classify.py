@@ -45,7 +45,7 @@ from equiv.errors import EngineError
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import Comparison, Generation
 from equiv.records.generation import top_k
-from equiv.records.verdict import Label, Verdict
+from equiv.records.verdict import RUN_PRECEDENCE, Label, Verdict
 from equiv.verdicts.divergence_rate import DivergenceRate
 from equiv.verdicts.verdict_evidence import RescoredGaps, RunEvidence, Temp0Evidence
 
@@ -441,15 +441,8 @@ def run_verdict(
             "each divergence alone is a near-tie",
             ev,
         )
-    order = [
-        Label.MISCONFIGURATION,
-        Label.SAMPLER_BUG,
-        Label.NUMERIC_DRIFT,
-        Label.INCONCLUSIVE,
-        Label.EQUIVALENT,
-    ]
     total = len(labels)
-    for label in order:
+    for label in RUN_PRECEDENCE:
         if counts.get(label.value):
             n = counts[label.value]
             reason = {

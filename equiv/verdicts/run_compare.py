@@ -20,7 +20,7 @@ import numpy as np
 from equiv.config import Mode
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import AnalysisRecord, EventRecord, HeaderRecord, ResultRecord, ResultsFile
-from equiv.records.verdict import Label
+from equiv.records.verdict import SEVERITY as LABEL_SEVERITY
 from equiv.verdicts.run_drift import run_drift
 from equiv.verdicts.summary import SuiteSummary, summarize
 
@@ -36,14 +36,9 @@ __all__ = [
 
 BOOTSTRAP_RESAMPLES = 4000
 _LEVEL = 0.95
-#: How bad a label is: a move up this scale is a regression.
-SEVERITY = {
-    Label.EQUIVALENT.value: 0,
-    Label.NUMERIC_DRIFT.value: 1,
-    Label.INCONCLUSIVE.value: 2,
-    Label.MISCONFIGURATION.value: 3,
-    Label.SAMPLER_BUG.value: 3,
-}
+#: How bad a label is, by its text (`equiv.records.verdict.SEVERITY`, where both orders of the
+#: labels are explained): a move up this scale is a regression.
+SEVERITY = {label.value: rank for label, rank in LABEL_SEVERITY.items()}
 # Header entries that differ between any two runs and say nothing about the setup.
 _VOLATILE = ("created", "command", "argv", "kind", "schema", "python", "servers")
 
