@@ -35,13 +35,12 @@ _models: dict[tuple[str, int, int], list[Any]] = {}
 
 class _SharedModel:
     """What a `Llama` holds as its model when the model is shared: the loaded wrapper, except
-    that ``close`` frees it only when its last user closes."""
+    that ``close`` frees it only when its last user closes. ``entry`` is the registry's
+    ``[wrapper, users]``, already counting this user."""
 
-    def __init__(self, key: tuple[str, int, int]) -> None:
-        self._key = key
-        self._inner = _models[key][0]
+    def __init__(self, key: tuple[str, int, int], entry: list[Any]) -> None:
+        self._key, self._entry, self._inner = key, entry, entry[0]
         self._open = True
-        _models[key][1] += 1
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -51,10 +50,10 @@ class _SharedModel:
             if not self._open:
                 return
             self._open = False
-            entry = _models[self._key]
-            entry[1] -= 1
-            if entry[1] == 0:
-                del _models[self._key]
+            self._entry[1] -= 1
+            if self._entry[1] == 0:
+                if _models.get(self._key) is self._entry:
+                    del _models[self._key]
                 self._inner.close()
 
 
@@ -66,13 +65,23 @@ def _identity(path: str) -> tuple[str, int, int]:
 @contextlib.contextmanager
 def _sharing(key: tuple[str, int, int]) -> Iterator[None]:
     """While a `Llama` is constructed, its model is the shared one for ``key`` (loaded on first
-    use). The lock keeps the swap of llama-cpp-python's model class to one construction."""
+    use). The lock keeps the swap of llama-cpp-python's model class to one construction; a
+    model asked for by another thread meanwhile, or for another file, loads as usual. The user
+    is counted before its proxy exists, so a garbage collection that closes an old `Llama` on
+    the same file in between cannot free the model under it."""
     loader = _internals.LlamaModel
+    constructing = threading.get_ident()
 
-    def model(**kwargs: Any) -> _SharedModel:
-        if key not in _models:
-            _models[key] = [loader(**kwargs), 0]
-        return _SharedModel(key)
+    def model(**kwargs: Any) -> Any:
+        path = kwargs.get("path_model")
+        if threading.get_ident() != constructing or not path or os.path.realpath(path) != key[0]:
+            return loader(**kwargs)
+        entry = _models.get(key)
+        if entry is None:
+            entry = [loader(**kwargs), 0]
+            _models[key] = entry
+        entry[1] += 1
+        return _SharedModel(key, entry)
 
     with _lock:
         vars(_internals)["LlamaModel"] = model  # what llama.py's `Llama` calls to load
