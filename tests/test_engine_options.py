@@ -142,3 +142,31 @@ def test_equiv_run_reports_a_bad_declaration_without_a_traceback(declare, capsys
     assert "equiv: error: entry point 'widget'" in err
     assert "RuntimeError: boom" in err
     assert "Traceback" not in err
+
+
+class _Recorder:
+    """Enough of pytest's `Parser` for `pytest_addoption`: the option names it adds."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def getgroup(self, *_: object) -> _Recorder:
+        return self
+
+    def addoption(self, name: str, **_: object) -> None:
+        self.names.append(name)
+
+    def addini(self, *_: object, **__: object) -> None:
+        pass
+
+
+def test_the_pytest_plugin_outlives_a_broken_declaration_and_names_it(declare):
+    from equiv.pytest import plugin
+
+    declare("widget", RuntimeError("boom"))
+    recorder = _Recorder()
+    with pytest.warns(UserWarning, match="entry point 'widget'.*RuntimeError: boom.*left out"):
+        plugin.pytest_addoption(recorder)  # type: ignore[arg-type]
+    assert "--equiv-server-bin" in recorder.names  # the built-in engine's options stay
+    assert "--equiv-n-ctx" in recorder.names
+    assert not any("widget" in name for name in recorder.names)

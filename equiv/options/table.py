@@ -290,17 +290,29 @@ _FIX = (
 )
 
 
+def builtin_run_options() -> tuple[Option, ...]:
+    """`CORE_OPTIONS` and the built-in engines' options: `run_options` without any package's
+    (what the pytest plugin falls back to when a package's declaration is broken)."""
+    return tuple(_builtin({}))
+
+
+def _builtin(taken: dict[str, str]) -> list[Option]:
+    options = list(CORE_OPTIONS)
+    ours = (*CORE_OPTIONS, *PLUGIN_OPTIONS)
+    taken.update({name: "an option of equiv" for o in ours for name in _names(o)})
+    for target in _BUILTIN_ENGINE_OPTIONS.values():
+        module, _, attr = target.partition(":")
+        options += _checked(getattr(importlib.import_module(module), attr), target, taken)
+    return options
+
+
 @functools.cache
 def run_options() -> tuple[Option, ...]:
     """The options of ``equiv run`` (and ``--equiv-*`` in pytest): `CORE_OPTIONS`, then each
     engine's own, the built-in engines' first, then those of the `ENGINE_OPTIONS_GROUP` entry
     points. A declaration that cannot be loaded, or that clashes, is a `ConfigError`."""
-    options = list(CORE_OPTIONS)
-    ours = (*CORE_OPTIONS, *PLUGIN_OPTIONS)
-    taken = {name: "an option of equiv" for o in ours for name in _names(o)}
-    for target in _BUILTIN_ENGINE_OPTIONS.values():
-        module, _, attr = target.partition(":")
-        options += _checked(getattr(importlib.import_module(module), attr), target, taken)
+    taken: dict[str, str] = {}
+    options = _builtin(taken)
     for ep in importlib.metadata.entry_points(group=ENGINE_OPTIONS_GROUP):
         where = f"entry point {ep.name!r} = {ep.value!r} of group {ENGINE_OPTIONS_GROUP!r}"
         dist = getattr(ep, "dist", None)

@@ -37,6 +37,7 @@ from equiv.pytest.settings import (
     ini_name,
     option_name,
     options,
+    options_without_packages,
     read_settings,
 )
 
@@ -247,7 +248,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     try:
         every = options()  # gathers the engines' options: a package's may fail to load
     except ConfigError as exc:
-        raise pytest.UsageError(f"equiv: {exc}") from None
+        # The plugin loads in every pytest run of this environment: a broken package must not
+        # stop runs that never use equiv. Its options are left out, and it is named.
+        warnings.warn(f"equiv: {exc}; its --equiv-* options are left out", stacklevel=1)
+        every = options_without_packages()
     for opt in every:
         name, helptext = option_name(opt.name), opt.help
         kind: dict[str, object] = {"action": "store_true"}  # argparse keywords

@@ -56,6 +56,14 @@ def options() -> tuple[Option, ...]:
     return (*run_options(), *PLUGIN_OPTIONS)
 
 
+def options_without_packages() -> tuple[Option, ...]:
+    """`options` without any package's engine options (a broken declaration must not break
+    every pytest run in an environment where the plugin is installed)."""
+    from equiv.options.table import PLUGIN_OPTIONS, builtin_run_options
+
+    return (*builtin_run_options(), *PLUGIN_OPTIONS)
+
+
 def choices(opt: Option) -> tuple[str, ...] | None:
     """The values an option takes in the plugin (``--equiv-mode`` also takes ``both``)."""
     return (*opt.choices, MODE_BOTH) if opt.choices and opt.name == "mode" else opt.choices
