@@ -29,7 +29,7 @@ import numpy as np
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.llamacpp import _load_llama
+from equiv.engines.llama_load import load_llama
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.records import ResultsFile
@@ -76,7 +76,7 @@ def relaxed(config: RunConfig, prompts: list[Any]) -> None:
         tempfile.TemporaryDirectory() as tmp,
         Runner(config, factory, Path(tmp) / "r.jsonl", controls=False) as runner,
     ):
-        draft = _load_llama(config.draft.path, config, logits_all=True)
+        draft = load_llama(config.draft.path, config, logits_all=True)
         base_engine = runner.baseline
         counts: Counter[str] = Counter()
         gaps = []

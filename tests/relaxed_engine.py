@@ -25,7 +25,8 @@ import numpy as np
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
-from equiv.engines.llamacpp import LlamaCppEngine, _last_row, _load_llama
+from equiv.engines.llama_load import load_llama
+from equiv.engines.llamacpp import LlamaCppEngine, _last_row
 from equiv.records import DraftStep, Generation, TokenAlternatives
 from equiv.records.generation import top_k
 
@@ -42,8 +43,8 @@ class RelaxedEngine(LlamaCppEngine):
         self.config = config
         self.path = "speculative"
         self._draft = None
-        self._draft_llm = _load_llama(config.draft.path, config, logits_all=False)
-        self.llm = _load_llama(config.target.path, config, logits_all=True)
+        self._draft_llm = load_llama(config.draft.path, config, logits_all=False)
+        self.llm = load_llama(config.target.path, config, logits_all=True)
         self._init_vocab()
 
     def generate(

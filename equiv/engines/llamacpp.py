@@ -41,10 +41,6 @@ from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
 __all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine"]
 
 
-#: Kept under this name for engines built on this module.
-_load_llama = load_llama
-
-
 #: The context's last output row (kept under this name for engines built on this module).
 _last_row = last_row
 
@@ -63,9 +59,9 @@ class LlamaCppEngine:
         self._draft: GGUFDraftModel | None = None
         self._draft_llm: Any = None
         if speculative:
-            self._draft_llm = _load_llama(config.draft.path, config, logits_all=False)
+            self._draft_llm = load_llama(config.draft.path, config, logits_all=False)
             self._draft = GGUFDraftModel(self._draft_llm, config.draft_config)
-        self.llm = _load_llama(
+        self.llm = load_llama(
             config.target.path, config, logits_all=speculative, draft_model=self._draft
         )
         self._init_vocab()

@@ -32,8 +32,8 @@ from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.base import Capabilities, EngineFactory
 from equiv.engines.draft import last_row
-from equiv.engines.llama_load import reset
-from equiv.engines.llamacpp import LlamaCppEngine, _load_llama
+from equiv.engines.llama_load import load_llama, reset
+from equiv.engines.llamacpp import LlamaCppEngine
 from equiv.engines.replay import Checkpoint
 from equiv.errors import ConfigError
 from equiv.json_types import JSONDict
@@ -78,8 +78,8 @@ class ReferenceEngine(LlamaCppEngine):
         self.config = config
         self.path = "speculative"
         self._draft = None
-        self._draft_llm = _load_llama(config.draft.path, config, logits_all=False)
-        self.llm = _load_llama(config.target.path, config, logits_all=True)
+        self._draft_llm = load_llama(config.draft.path, config, logits_all=False)
+        self.llm = load_llama(config.target.path, config, logits_all=True)
         self._init_vocab()
 
     def generate(
