@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from equiv.config import RunConfig
-from equiv.engines.llama_load import load_llama, shared_models
+from equiv.engines.llama_load import load_llama, reset, shared_models
 from equiv.errors import ModelError
 
 llama_cpp = pytest.importorskip("llama_cpp")
@@ -111,3 +111,19 @@ def test_a_file_that_is_not_a_model_is_a_clear_error(config: RunConfig, tmp_path
         load_llama(str(bad), config, logits_all=False)
     assert str(bad) in str(info.value)
     assert _users(str(bad)) == 0
+
+
+def test_reset_gives_back_the_rows_of_the_last_prompt_and_changes_none(config: RunConfig) -> None:
+    llm = load_llama(config.draft.path, config, logits_all=True)
+    try:
+        tokens, row = _greedy(llm)
+        old = llm.scores
+        reset(llm)
+        assert llm.n_tokens == 0
+        assert llm.scores is not old  # a fresh buffer
+        assert llm.scores.shape == old.shape
+        again_tokens, again_row = _greedy(llm)
+        assert again_tokens == tokens
+        assert np.array_equal(again_row, row)  # bit for bit after the reset
+    finally:
+        llm.close()
