@@ -1,6 +1,6 @@
 """Peak memory of an in-process temp-0 run against the context size.
 
-    python benchmarks/memory.py [--n-ctx 2048 8192] [--max-tokens 32] [--every-row]
+    python benchmarks/memory.py [--n-ctx 2048 8192] [--max-tokens 32] [--every-row] [--threads N]
 
 For each n_ctx, a fresh process loads the default pair (baseline and speculative engines, as
 `equiv run` does), fills the context with a prompt (the long suite's texts, repeated) and
@@ -9,11 +9,14 @@ the classifier does. It prints the peak resident set (VmHWM) and its parts at th
 memory (KV caches, compute buffers, logits rows) and file-backed pages (the GGUF weights, mapped
 once per loaded model). ``--every-row`` evaluates the prompt with an output row per token, as
 equiv did before (llama-cpp-python's ``Llama.eval`` with ``logits_all``), for the comparison.
+``--threads`` sets llama.cpp's threads (default: every core); the peak does not depend on it,
+so a measurement can share the machine with a 1-thread job without the two spinning.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -31,7 +34,7 @@ def _status() -> dict[str, int]:
     return out
 
 
-def child(n_ctx: int, max_tokens: int, every_row: bool) -> None:
+def child(n_ctx: int, max_tokens: int, every_row: bool, threads: int | None) -> None:
     from equiv.config import RunConfig
     from equiv.engines.llamacpp import LlamaCppEngine, make_engine
     from equiv.models.pair import resolve_pair
@@ -47,6 +50,8 @@ def child(n_ctx: int, max_tokens: int, every_row: bool) -> None:
 
     pair = resolve_pair()
     config = RunConfig(target=pair.target, draft=pair.draft, n_ctx=n_ctx, max_tokens=max_tokens)
+    if threads:
+        config = dataclasses.replace(config, n_threads=threads)
     loaded = time.perf_counter()
     baseline = make_engine(config, speculative=False)
     speculative = make_engine(config, speculative=True)
@@ -86,10 +91,11 @@ def main() -> None:
     parser.add_argument("--n-ctx", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--every-row", action="store_true")
+    parser.add_argument("--threads", type=int, help="llama.cpp threads (default: every core)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.max_tokens, args.every_row)
+        child(args.child, args.max_tokens, args.every_row, args.threads)
         return
     print(f"{'n_ctx':>6} {'prompt':>7} {'peak MiB':>9} {'anon':>6} {'file':>6} {'run s':>6}")
     for n_ctx in args.n_ctx:
@@ -102,6 +108,7 @@ def main() -> None:
             str(args.max_tokens),
         ]
         cmd += ["--every-row"] if args.every_row else []
+        cmd += ["--threads", str(args.threads)] if args.threads else []
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(
