@@ -12,6 +12,10 @@ of the prompt's tests, not of the harness. The harness is measured on the prompt
 graders; then the same answers are graded once, fresh, and that time is printed beside it.
 
     python benchmarks/harness_overhead.py [--prompts 'code/*'] [--max-tokens 32] [--repeat 3]
+                                          [--threads N]
+
+``--threads`` sets llama.cpp's threads on both sides (default: every core); with 1 the ratio can
+be measured on one free core beside a 1-thread job.
 """
 
 from __future__ import annotations
@@ -57,10 +61,13 @@ def main() -> None:
     parser.add_argument("--prompts", default="code/*", help="globs of prompt keys, comma-separated")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, help="llama.cpp threads (default: every core)")
     args = parser.parse_args()
 
     pair = resolve_pair()
     config = RunConfig(target=pair.target, draft=pair.draft, max_tokens=args.max_tokens)
+    if args.threads:
+        config = dataclasses.replace(config, n_threads=args.threads)
     globs = args.prompts.split(",")
     chosen = [p for p in load_suites() if any(fnmatch.fnmatchcase(p.key, g) for g in globs)]
     prompts = [dataclasses.replace(p, grader=None) for p in chosen]  # graded below, on their own
