@@ -232,7 +232,10 @@ def parse_llama(data: Any, *, url: str, n_probs: int) -> Parsed:
     if n_probs > 0 and len(probs) != len(tokens):
         raise EngineError(
             f"{url} returned {len(tokens)} tokens but {len(probs)} rows of probabilities; "
-            "the answer is inconsistent (a server bug or a proxy that rewrote it)"
+            "equiv cannot tell which token a row belongs to. llama-server gives no row to a "
+            "token that leaves a UTF-8 character unfinished (byte pieces, e.g. of an emoji); "
+            "otherwise a proxy rewrote the answer. Leave that prompt out (a rerun asks the "
+            "same seed)"
         )
     t_prompt, t_decode, steps = _timings(data)
     return Parsed(
