@@ -8,9 +8,9 @@ from toy_engines import CONFIG, Plain, Served
 
 from equiv.config import Mode
 from equiv.engines.base import Capabilities, RescoreCost
-from equiv.errors import ConfigError
+from equiv.errors import ConfigError, EngineError
 from equiv.records import Generation
-from equiv.run.evidence import Evidence
+from equiv.run.evidence import BatchOnce, Evidence
 
 
 def _generation(path: str, tokens: tuple[int, ...]) -> Generation:
@@ -58,6 +58,24 @@ def test_without_rescoring_nothing_can_be_redone_or_rescored():
     with pytest.raises(ConfigError, match="does not offer it"):
         evidence.rescore([1], [2], False)
     assert evidence.batched([], [], alpha=0.01).error == "the servers cannot re-score batched"
+
+
+def test_one_results_classifier_and_placebo_share_one_batched_evaluation():
+    base, spec = Plain(), Plain("speculative")
+    evidence = Evidence(base, spec, CONFIG)
+    once = BatchOnce(evidence)
+    first = once([1], [2, 3], True)
+    assert once([1], [2, 3], True) is first  # the same batch: the rows of one evaluation
+    assert evidence.drift_placebo([1], _generation("baseline", (2, 3)), once) is not None
+    assert spec.asked == [True]
+    once([1], [2], True)  # another batch (a calibration shorter than the generation)
+    once([1], [2, 3], False)  # single-token rows are never kept
+    assert (spec.asked, base.asked) == ([True, True], [False])
+    spec.fail = True
+    with pytest.raises(EngineError):
+        once([1], [3], True)
+    with pytest.raises(EngineError):  # a failed call is not remembered as an answer
+        once([1], [3], True)
 
 
 def test_a_failed_placebo_is_left_out():

@@ -6,7 +6,8 @@ re-scoring tokens (`equiv.engines.base.Rescoring`) single-token on the baseline 
 two engines and the configuration and gathers, per result:
 
 - at temp 0, the re-scoring the classifier asks for at a divergence (`Evidence.rescore`) and the
-  placebo, the baseline's tokens re-scored in one batch (`Evidence.drift_placebo`);
+  placebo, the baseline's tokens re-scored in one batch (`Evidence.drift_placebo`); one result's
+  classifier and placebo share a `BatchOnce`, so the batch both ask for is evaluated once;
 - at temp > 0, each sample's chain PIT under the rows its path used, a rejection sampler's
   judgements, both paths' samples re-scored single-token (the speculative ones to test, the
   baseline's as their placebo) with the drift and the re-scoring's fidelity
@@ -43,7 +44,7 @@ from equiv.verdicts.token_evidence import (
     top_k_rows,
 )
 
-__all__ = ["Evidence", "SampleEvidence"]
+__all__ = ["BatchOnce", "Evidence", "SampleEvidence"]
 
 PATHS = ("baseline", "speculative")
 
@@ -57,6 +58,32 @@ class SampleEvidence:
     paths: Mapping[str, JSONObject] = field(default_factory=dict)
     drift: Drift | None = None
     fidelity: Fidelity | None = None
+
+
+class BatchOnce:
+    """`Evidence.rescore` for one result, with its last batched call kept: the temp-0 classifier
+    and the placebo ask for the same batch (the baseline's tokens after the prompt) whenever the
+    classifier's calibration covers the whole generation, and get the rows of one evaluation.
+    Bit for bit what a second call returns in process (the engine is deterministic); over HTTP
+    the rows of one request, not of two. Lives as long as the result: the rows (a row per token
+    x the vocabulary) are not held past it."""
+
+    def __init__(self, evidence: Evidence) -> None:
+        self._evidence = evidence
+        self._key: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._rows: npt.NDArray[np.float32] | None = None
+
+    def __call__(
+        self, prompt: Sequence[int], tokens: Sequence[int], batched: bool
+    ) -> npt.NDArray[np.float32]:
+        if not batched:
+            return self._evidence.rescore(prompt, tokens, False)
+        key = (tuple(int(t) for t in prompt), tuple(int(t) for t in tokens))
+        if key != self._key or self._rows is None:
+            self._key, self._rows = None, None  # a failed call keeps nothing
+            self._rows = self._evidence.rescore(prompt, tokens, True)
+            self._key = key
+        return self._rows
 
 
 class Evidence:
@@ -104,11 +131,14 @@ class Evidence:
         return total if total is not None and (total.requests or total.rows) else None
 
     # -- temp 0 ------------------------------------------------------------------------------
-    def drift_placebo(self, prompt: Sequence[int], base: Generation) -> ArgmaxFlips | None:
-        """Temp 0's placebo (`ArgmaxFlips`): the baseline's tokens re-scored in one batch. A
-        failed re-scoring leaves the result without one; the run-level rate pools the rest."""
+    def drift_placebo(
+        self, prompt: Sequence[int], base: Generation, rescore: BatchOnce | None = None
+    ) -> ArgmaxFlips | None:
+        """Temp 0's placebo (`ArgmaxFlips`): the baseline's tokens re-scored in one batch (by
+        ``rescore`` where the classifier may have asked for it already). A failed re-scoring
+        leaves the result without one; the run-level rate pools the rest."""
         try:
-            rows = self.rescore(prompt, base.tokens, True)
+            rows = (rescore or BatchOnce(self))(prompt, base.tokens, True)
         except EngineError:
             return None
         return ArgmaxFlips.of(base.tokens, rows)

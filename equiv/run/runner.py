@@ -32,7 +32,7 @@ from equiv.records import (
     ResultsFile,
 )
 from equiv.records.machine import Machine
-from equiv.run.evidence import Evidence, SampleEvidence
+from equiv.run.evidence import BatchOnce, Evidence, SampleEvidence
 from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
@@ -295,12 +295,12 @@ class Runner:
         verdict = placebo = None
         sampled = SampleEvidence()
         if item.mode is Mode.TEMP0:
-            rescore = self.evidence.rescore if self.evidence.can_rescore else None
+            rescore = BatchOnce(self.evidence) if self.evidence.can_rescore else None
             verdict = classify_temp0(
                 comparison, base, spec, differences=self.differences, rescore=rescore
             )
             if rescore is not None and base.tokens and not self.differences:
-                placebo = self.evidence.drift_placebo(tokens, base)
+                placebo = self.evidence.drift_placebo(tokens, base, rescore)
         else:
             sampled = self.evidence.of_samples(tokens, base, spec)
             if sampled.fidelity is not None:
