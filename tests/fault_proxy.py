@@ -29,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from equiv.engines.server.api import rows_of_tokens
+
 __all__ = ["FaultProxy"]
 
 
@@ -121,7 +123,8 @@ class FaultProxy:
         rng = random.Random(int(request.get("seed", 0)) * 7919 + len(request["prompt"]))
         i = 0
         while i < len(answer.get("tokens", [])):
-            candidates = _candidates(answer["completion_probabilities"][i])
+            j = _rows(answer)[i]  # llama-server sends no row for some byte pieces
+            candidates = [] if j is None else _candidates(answer["completion_probabilities"][j])
             replacement = None
             if len(candidates) >= 2:
                 top, runner_up = candidates[0], candidates[1]
@@ -151,12 +154,13 @@ class FaultProxy:
     ) -> dict[str, Any]:
         """``answer`` with token i replaced by ``token`` and the rest generated after it."""
         probs = answer["completion_probabilities"]
-        entry = dict(probs[i])
+        rows = _rows(answer)
+        entry = dict(probs[rows[i]])
         chosen = next(c for c in entry["top_logprobs"] if int(c["id"]) == token[0])
         entry.update(id=token[0], token=chosen["token"], bytes=chosen.get("bytes"))
         entry["logprob"] = token[1]
         head_tokens = [*answer["tokens"][:i], token[0]]
-        head_probs = [*probs[:i], entry]
+        head_probs = [*(probs[j] for j in rows[:i] if j is not None), entry]
         remaining = int(request["n_predict"]) - len(head_tokens)
         out = dict(answer)  # the original timings (draft counts) are kept
         out["stop_type"] = "limit"
@@ -172,6 +176,12 @@ class FaultProxy:
         out["completion_probabilities"] = head_probs + tail_probs
         out["content"] = "".join(_text(p) for p in out["completion_probabilities"])
         return out
+
+
+def _rows(answer: dict[str, Any]) -> list[int | None]:
+    """Each token's row in ``answer`` (None: the server sent it none), matched by ID."""
+    ids = [int(p["id"]) for p in answer.get("completion_probabilities", [])]
+    return rows_of_tokens(answer.get("tokens", []), ids, url="upstream")
 
 
 def _candidates(entry: dict[str, Any]) -> list[tuple[int, float]]:

@@ -22,7 +22,7 @@ from equiv.cli.main import main
 from equiv.config import Mode, ModelSpec, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.base import server_facts
-from equiv.engines.server.api import parse_llama, parse_openai, piece_id
+from equiv.engines.server.api import parse_llama, parse_openai, piece_id, rows_of_tokens
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.process import (
     ServerProcess,
@@ -488,11 +488,49 @@ def test_openai_mode_refuses_an_unknown_model(tiny_config, fake):
         _engine(tiny_config, fake.url, api="openai", model="other")
 
 
-def test_parse_llama_refuses_an_inconsistent_answer():
-    data = _completion([5, 6])
-    data["completion_probabilities"].pop()
-    with pytest.raises(EngineError, match="2 tokens but 1 rows"):
-        parse_llama(data, url="u", n_probs=8)
+def _without_rows(answer: dict[str, Any], *positions: int) -> dict[str, Any]:
+    """``answer`` as llama-server sends it when the tokens at ``positions`` leave a UTF-8
+    character unfinished: every token, but no row for those (``process_token``)."""
+    probs = answer["completion_probabilities"]
+    answer["completion_probabilities"] = [p for i, p in enumerate(probs) if i not in positions]
+    return answer
+
+
+def test_a_token_without_a_row_is_matched_by_id_and_has_no_candidates(tiny_config, fake):
+    fake.script["/completion"] = [_json(_without_rows(_completion([5, 6, 7, 6, 9]), 1, 4))]
+    fake.script["/detokenize"] = [_json({"content": "\ufffd"})]
+    gen = _generate(_engine(tiny_config, fake.url))
+    assert gen.tokens == (5, 6, 7, 6, 9)
+    assert [alt.ids[:1] for alt in gen.alternatives] == [(5,), (), (7,), (6,), ()]
+    # a piece from the same token's row elsewhere, else the server's own (/detokenize)
+    assert gen.pieces == ("tok5", "tok6", "tok7", "tok6", "\ufffd")
+    detokenized = [body for path, body in fake.calls if path == "/detokenize"]
+    assert detokenized == [{"tokens": [9]}]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "rows", "message"),
+    [
+        # E2 80 80 (U+2000) in byte pieces: the one row fits either 80
+        ([464, 366, 366], [366], "row 0 \\(token 366\\) fits token 1 as well as a later one"),
+        ([5, 6], [6, 5], "not among the tokens in order"),
+        ([5, 6], [9], "not among the tokens in order"),
+        ([5], [5, 5], "not among the tokens in order"),
+    ],
+)
+def test_rows_that_cannot_be_matched_to_tokens_are_refused(tokens, rows, message):
+    answer = _completion(tokens)
+    answer["completion_probabilities"] = _completion(rows)["completion_probabilities"]
+    with pytest.raises(EngineError, match=message):
+        parse_llama(answer, url="u", n_probs=8)
+
+
+def test_an_answer_whose_rows_all_fit_one_way_is_kept():
+    assert rows_of_tokens([1, 2, 3], [1, 2, 3], url="u") == [0, 1, 2]
+    assert rows_of_tokens([464, 368, 410], [410], url="u") == [None, None, 0]  # E2 82 AC
+    euro_twice = [464, 368, 410, 5, 464, 368, 410]  # "€ €" in byte pieces, the space whole
+    assert rows_of_tokens(euro_twice, [410, 5, 410], url="u") == [None, None, 0, 1, None, None, 2]
+    assert rows_of_tokens([4, 4], [], url="u") == [None, None]
 
 
 def test_parse_openai_refuses_an_answer_without_logprobs():
@@ -805,6 +843,28 @@ def test_a_context_scored_once_is_not_asked_again_single_token(tiny_config, fake
     engine.rescore([1, 9], [4, 5, 6], batched=True)  # batched rows are always asked
     assert len([b for path, b in fake.calls if path == "/completion"]) == 3
     assert engine.take_rescore_cost().rows_reused == 0
+
+
+def test_a_scoring_answer_without_a_row_is_asked_again_with_its_token_banned(tiny_config, fake):
+    """The greedy token of a scoring request leaves a UTF-8 character unfinished: llama-server
+    sends it without a row. Banning it (a sampler) leaves the raw row, and the server sends it."""
+    engine = _engine(tiny_config, fake.url)
+
+    def rowless(token: int) -> Reply:
+        return _json(_without_rows({**_completion([token]), "tokens_evaluated": 2}, 0))
+
+    fake.script["/completion"] = [rowless(464), rowless(368), _scored]
+    rows = engine.rescore([1, 9], [4], batched=True)
+    bodies = [body for path, body in fake.calls if path == "/completion"]
+    banned = [b.get("logit_bias") for b in bodies]
+    assert banned == [None, [[464, False]], [[464, False], [368, False]]]
+    assert np.isfinite(rows[0]).sum() == 2
+    assert engine.take_rescore_cost().requests == 3
+    fake.calls.clear()
+    fake.script["/completion"] = [rowless(464)]  # a server that ignores the ban: no endless loop
+    with pytest.raises(EngineError, match=r"chose token 464 .* asks again with such a token"):
+        engine.rescore([1, 9], [4], batched=True)
+    assert len([b for path, b in fake.calls if path == "/completion"]) == 2
 
 
 def test_a_scoring_answer_for_another_prefix_is_refused(tiny_config, fake):

@@ -7,6 +7,7 @@ fills (CI runs it first); without one these tests are skipped with that instruct
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,9 +20,11 @@ from llama_server import prompts, server_bin
 
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
+from equiv.engines.server.api import parse_llama
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import ConfigError, EngineError
+from equiv.models.gguf import read_token_texts
 from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
@@ -92,6 +95,48 @@ def test_temp0_with_and_without_a_draft(served):
     assert fp["model_path"].endswith(Path(baseline.config.target.path).name)
     assert fp["server_argv"] == base_fp["server_argv"]
     assert fingerprint_differences(base_fp, fp) == []  # the same experiment but for the draft
+
+
+def _whole(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("char", "matched"), [("€", True), ("\u2000", False)])
+def test_a_token_that_leaves_a_character_unfinished_gets_no_row(served, model_pair, char, matched):
+    """llama-server, made to spell one character in byte pieces (a grammar, the whole-character
+    token banned), sends every token and a row only where the text ends in a whole character.
+    equiv matches the rows to the tokens by ID; where two byte pieces share an ID and the row
+    fits either (U+2000 is E2 80 80), it refuses the answer rather than guess."""
+    baseline = served[0]
+    texts = read_token_texts(model_pair.target.path)
+    pieces = [re.fullmatch(r"<0x([0-9A-F]{2})>", t) for t in texts]
+    byte_id = {int(m[1], 16): i for i, m in enumerate(pieces) if m}
+    raw = char.encode()
+    body = {
+        "prompt": baseline.prompt_tokens(prompts(["chat/capital_france"])[0]),
+        "n_predict": len(raw),
+        "n_probs": 4,
+        "temperature": 0.0,
+        "return_tokens": True,
+        "cache_prompt": False,
+        "grammar": f'root ::= "{char}"',
+        "logit_bias": [[i, False] for i, t in enumerate(texts) if t == char],
+    }
+    answer = baseline.client.post("/completion", body)
+    assert answer["tokens"] == [byte_id[b] for b in raw]  # spelled in byte pieces
+    ends = [_whole(raw[: i + 1]) for i in range(len(raw))]
+    rowed = [p["id"] for p in answer["completion_probabilities"]]
+    assert rowed == [t for t, end in zip(answer["tokens"], ends, strict=True) if end]
+    if matched:
+        parsed = parse_llama(answer, url="u", n_probs=4)
+        assert [bool(alt.ids) for alt in parsed.alternatives] == ends
+    else:
+        with pytest.raises(EngineError, match="fits token 1 as well as a later one"):
+            parse_llama(answer, url="u", n_probs=4)
 
 
 def test_sampling_is_repeatable_per_seed(served):

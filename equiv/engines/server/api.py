@@ -19,6 +19,10 @@ Evidence recorded, and its limits:
   accepted=draft_n_accepted)``: acceptance is known, rounds are not.
 - A probability of 0 (log-probability -inf, sent as ``null``) is recorded as ``-1e9``.
 - Tokens of a speculative step carry no probabilities on llama-server (see `_candidates`).
+- A token that leaves a UTF-8 character unfinished (a byte piece of an emoji, say) has no row at
+  all on llama-server: its ``process_token`` adds a row only once the text ends in a whole
+  character, while every token is returned. Rows are matched to tokens by ID (`rows_of_tokens`);
+  a token without a row is recorded with no candidates, like a speculative step's.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ __all__ = [
     "parse_llama",
     "parse_openai",
     "piece_id",
+    "rows_of_tokens",
 ]
 
 #: The sampler chain sent with every llama-server request: llama-cpp-python's order, so both
@@ -229,26 +234,67 @@ def parse_llama(data: Any, *, url: str, n_probs: int) -> Parsed:
         tokens = [int(p["id"]) for p in probs]
     if not isinstance(tokens, list):
         raise _bad(url, "'tokens' (return_tokens)", data)
-    if n_probs > 0 and len(probs) != len(tokens):
-        raise EngineError(
-            f"{url} returned {len(tokens)} tokens but {len(probs)} rows of probabilities; "
-            "equiv cannot tell which token a row belongs to. llama-server gives no row to a "
-            "token that leaves a UTF-8 character unfinished (byte pieces, e.g. of an emoji); "
-            "otherwise a proxy rewrote the answer. Leave that prompt out (a rerun asks the "
-            "same seed)"
-        )
+    tokens = [int(t) for t in tokens]
+    rows: list[Mapping[str, Any] | None] = []
+    if n_probs > 0 or probs:  # a token without a row: no candidates, no piece (generate asks)
+        owners = rows_of_tokens(tokens, [int(p["id"]) for p in probs], url=url)
+        rows = [None if j is None else probs[j] for j in owners]
     t_prompt, t_decode, steps = _timings(data)
     return Parsed(
-        tokens=tuple(int(t) for t in tokens),
-        pieces=tuple(_piece(p) for p in probs),
+        tokens=tuple(tokens),
+        pieces=tuple("" if p is None else _piece(p) for p in rows),
         text=data["content"],
         stop_reason=_STOP.get(str(data.get("stop_type", "")), str(data.get("stop_type", ""))),
-        alternatives=tuple(_candidates(p, n_probs) for p in probs),
+        alternatives=tuple(
+            TokenAlternatives((), ()) if p is None else _candidates(p, n_probs) for p in rows
+        ),
         t_prompt_s=t_prompt,
         t_decode_s=t_decode,
         draft_steps=steps,
         ids_known=True,
     )
+
+
+def rows_of_tokens(tokens: Sequence[int], row_ids: Sequence[int], *, url: str) -> list[int | None]:
+    """For each token the index of its row of probabilities, None for a token without one.
+
+    llama-server leaves out the row of a token that ends its text inside a UTF-8 character, so
+    the rows' IDs are a subsequence of the tokens. The match must be the only one: the earliest
+    and the latest placement of every row agree exactly when no other placement exists. (Two
+    byte tokens with one ID and only the second with a row, say ``E2 80 80``, can place a row
+    either way: such an answer, and one whose rows are not a subsequence at all, is refused.)
+    """
+    earliest = _placement(tokens, row_ids)
+    latest = _placement(tokens[::-1], row_ids[::-1])
+    if earliest is None or latest is None:
+        raise EngineError(
+            f"{url} returned {len(tokens)} tokens and {len(row_ids)} rows of probabilities whose "
+            "IDs are not among the tokens in order: the rows are not this answer's (a proxy "
+            "rewrote it?); equiv cannot tell which token a row belongs to"
+        )
+    latest = [len(tokens) - 1 - i for i in reversed(latest)]
+    if earliest != latest:
+        at = next(a for a, b in zip(earliest, latest, strict=True) if a != b)
+        raise EngineError(
+            f"{url} returned {len(tokens)} tokens but {len(row_ids)} rows of probabilities, and "
+            f"row {earliest.index(at)} (token {tokens[at]}) fits token {at} as well as a later "
+            "one: llama-server gives no row to a token that leaves a UTF-8 character unfinished "
+            "(byte pieces), and here two such tokens share an ID, so equiv cannot tell which "
+            "token a row belongs to. Leave that prompt out (a rerun asks the same seed)"
+        )
+    owner: list[int | None] = [None] * len(tokens)
+    for j, i in enumerate(earliest):
+        owner[i] = j
+    return owner
+
+
+def _placement(tokens: Sequence[int], row_ids: Sequence[int]) -> list[int] | None:
+    """The earliest token index of each row, in order (None: the rows are no subsequence)."""
+    placed: list[int] = []
+    for i, token in enumerate(tokens):
+        if len(placed) < len(row_ids) and token == row_ids[len(placed)]:
+            placed.append(i)
+    return placed if len(placed) == len(row_ids) else None
 
 
 def _candidates(entry: Mapping[str, Any], n_probs: int) -> TokenAlternatives:

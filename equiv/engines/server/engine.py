@@ -331,11 +331,15 @@ class ServerEngine:
         started = time.perf_counter()
         parsed = self._complete(prompt_tokens, max_tokens, sampling=sampling, seed=seed)
         wall = time.perf_counter() - started
-        pieces = parsed.pieces
-        if not pieces or not any(pieces):
-            pieces = tuple(self.token_text(t) if t >= 0 else "" for t in parsed.tokens)
-        for token, piece in zip(parsed.tokens, pieces, strict=False):
-            self._pieces.setdefault(token, piece)
+        for token, piece in zip(parsed.tokens, parsed.pieces, strict=False):
+            if piece:
+                self._pieces.setdefault(token, piece)
+        # a piece the answer left out (no rows, or a token without a row): the server's own
+        pieces = tuple(
+            (parsed.pieces[i] if i < len(parsed.pieces) else "")
+            or (self.token_text(t) if t >= 0 else "")
+            for i, t in enumerate(parsed.tokens)
+        )
         return Generation(
             path=self.path,
             prompt_tokens=tuple(int(t) for t in prompt_tokens),

@@ -28,6 +28,11 @@ again (`RescoreCost.rows_reused`; the last `CACHE_ROWS` contexts are kept). The 
 after a reused one finds less of its prefix in the server's cache and may be evaluated as a small
 batch; such rows are counted in ``rows_off_path`` like the rest. Batched rows are always asked.
 
+llama-server sends no row for a token that leaves a UTF-8 character unfinished (a byte piece):
+where the greedy token of a scoring request is one, the request is sent again with that token
+banned by ``logit_bias``. A bias is a sampler; ``n_probs`` reads the raw logits row, so the row
+is the same one (the retry's evaluation is checked and counted like any other).
+
 Every answer is checked against the request: ``tokens_evaluated`` must be the prefix's length
 (else the answer is for another prompt), the candidates must be real (K of them, probabilities
 summing to at most 1). A row the server evaluated otherwise than asked (another request took the
@@ -57,11 +62,15 @@ __all__ = ["BATCH_STRIDE", "CACHE_ROWS", "LlamaRescorer", "scoring_body"]
 
 BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its cached prefix
 CACHE_ROWS = 50_000  # single-token rows kept for reuse (K candidates each: a few MB in all)
+MAX_BANNED = 4  # the longest UTF-8 character: tokens banned from one scoring request at most
 
 
-def scoring_body(prefix: Sequence[int], *, n_probs: int, cached: bool) -> JSONDict:
-    """One scoring request: the row after ``prefix``, top ``n_probs`` of its raw softmax."""
-    return {
+def scoring_body(
+    prefix: Sequence[int], *, n_probs: int, cached: bool, banned: Sequence[int] = ()
+) -> JSONDict:
+    """One scoring request: the row after ``prefix``, top ``n_probs`` of its raw softmax.
+    ``banned``: tokens the server may not choose (a bias is a sampler: the raw row is the same)."""
+    body: JSONDict = {
         "prompt": [int(t) for t in prefix],
         "n_predict": 1,
         "n_probs": n_probs,
@@ -73,6 +82,9 @@ def scoring_body(prefix: Sequence[int], *, n_probs: int, cached: bool) -> JSONDi
         "cache_prompt": cached,
         "stream": False,
     }
+    if banned:
+        body["logit_bias"] = [[int(t), False] for t in banned]
+    return body
 
 
 class LlamaRescorer:
@@ -151,11 +163,19 @@ class LlamaRescorer:
         """The top candidates of the row after ``prefix``: ``cached`` lets the server reuse its
         cached prefix; ``single`` says one token should be evaluated (else at least two)."""
         url = f"{self.client.base_url}/completion"
-        started = time.perf_counter()
-        answer = self.client.post(
-            "/completion", scoring_body(prefix, n_probs=self.n_probs, cached=cached)
-        )
-        wall = time.perf_counter() - started
+        banned: list[int] = []
+        while True:
+            started = time.perf_counter()
+            body = scoring_body(prefix, n_probs=self.n_probs, cached=cached, banned=banned)
+            answer = self.client.post("/completion", body)
+            wall = time.perf_counter() - started
+            unfinished = _rowless_choice(answer)
+            if unfinished is None or unfinished in banned or len(banned) >= MAX_BANNED:
+                break
+            # The server chose a token that leaves a UTF-8 character unfinished and so sent no
+            # row (module docstring): ask again with that token banned, for the same raw row.
+            banned.append(unfinished)
+            self._add(RescoreCost(requests=1, wall_s=wall))
         ids, logprobs, cost = parse_scoring(
             answer, url=url, prefix_len=len(prefix), n_probs=min(self.n_probs, self.n_vocab),
             single=single, wall_s=wall,
@@ -168,6 +188,16 @@ class LlamaRescorer:
                 "the server does not serve the configured target"
             )
         return ids, logprobs
+
+
+def _rowless_choice(answer: Any) -> int | None:
+    """The token a scoring answer chose without a row of probabilities, if it did."""
+    if not isinstance(answer, dict) or answer.get("completion_probabilities"):
+        return None
+    tokens = answer.get("tokens")
+    if isinstance(tokens, list) and len(tokens) == 1 and isinstance(tokens[0], int):
+        return tokens[0]
+    return None
 
 
 def parse_scoring(
@@ -197,6 +227,15 @@ def _parse_scoring(
             f"{url} answered a scoring request for a prompt of {evaluated} tokens, but equiv sent "
             f"{prefix_len}: the answer is for another prefix (a proxy or cache in between?); "
             "re-scoring needs answers for the tokens sent"
+        )
+    if (chosen := _rowless_choice(data)) is not None:
+        raise EngineError(
+            f"{url} chose token {chosen} for a scoring request and sent no row of probabilities "
+            "for it. llama-server sends none for a token that leaves a UTF-8 character "
+            f"unfinished, and equiv asks again with such a token banned ({MAX_BANNED} times at "
+            "most); a server that sends no row whatever it chooses cannot re-score (a "
+            "llama-server build without n_probs, or an endpoint that is not llama-server's "
+            "/completion)"
         )
     probs = data.get("completion_probabilities")
     entry = probs[0] if isinstance(probs, list) and probs else None
