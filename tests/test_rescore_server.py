@@ -23,6 +23,7 @@ from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.rescore import BATCH_STRIDE, parse_scoring, scoring_body
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import EngineError
+from equiv.models.gguf import read_token_texts
 from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
@@ -118,6 +119,26 @@ def test_batched_rows_come_from_batches_and_stay_close_to_single_token(swa_full)
     for i, alt in enumerate(gen.alternatives):
         # the same target: the top candidate's log-probability moves by drift only
         assert abs(float(batched[i, alt.ids[0]]) - alt.logits[0]) < 0.5
+
+
+def test_a_lead_byte_gets_no_row_and_a_ban_leaves_the_raw_row(baseline):
+    """What re-scoring relies on where the greedy token starts a character in byte pieces: such a
+    token (here E2, made greedy by a bias) comes without a row, and banning tokens (a sampler)
+    leaves the row that is sent, the raw one, bit for bit (cold requests: the same evaluation)."""
+    prompt = baseline.prompt_tokens(prompts([PROMPT])[0])
+    lead = read_token_texts(baseline.config.target.path).index("<0xE2>")
+    post = baseline.client.post
+    forced = scoring_body(prompt, n_probs=8, cached=False)
+    forced["logit_bias"] = [[lead, 100.0]]
+    answer = post("/completion", forced)
+    assert answer["tokens"] == [lead]
+    assert not answer.get("completion_probabilities")  # "E2" leaves "€"-like text unfinished
+    plain = post("/completion", scoring_body(prompt, n_probs=8, cached=False))
+    top = plain["completion_probabilities"][0]["top_logprobs"]
+    banned = [lead, plain["tokens"][0]]
+    other = post("/completion", scoring_body(prompt, n_probs=8, cached=False, banned=banned))
+    assert other["tokens"][0] not in banned
+    assert other["completion_probabilities"][0]["top_logprobs"] == top
 
 
 def test_an_answer_for_another_prefix_or_without_probabilities_is_refused(baseline):
