@@ -525,6 +525,18 @@ def test_rows_that_cannot_be_matched_to_tokens_are_refused(tokens, rows, message
         parse_llama(answer, url="u", n_probs=8)
 
 
+def test_byte_pieces_that_fit_either_way_are_placed_by_llama_servers_rule():
+    pieces = {464: b"\xe2", 366: b"\x80", 5: b" a", 410: b"\xac", 368: b"\x82"}.__getitem__
+    # E2 80 80 (U+2000): the text is whole only after the last byte
+    assert rows_of_tokens([464, 366, 366], [366], url="u", pieces=pieces) == [None, None, 0]
+    # "80 80" after a whole text: a lone continuation byte ends nothing, each has its row
+    assert rows_of_tokens([5, 366, 366], [5, 366, 366], url="u", pieces=pieces) == [0, 1, 2]
+    # rows where the rule gives none (a vocabulary that is not the server's) are refused
+    wrong = {464: b"a", 366: b"\x80"}.__getitem__
+    with pytest.raises(EngineError, match="fits token 1 as well as a later one"):
+        rows_of_tokens([464, 366, 366], [366], url="u", pieces=wrong)
+
+
 def test_an_answer_whose_rows_all_fit_one_way_is_kept():
     assert rows_of_tokens([1, 2, 3], [1, 2, 3], url="u") == [0, 1, 2]
     assert rows_of_tokens([464, 368, 410], [410], url="u") == [None, None, 0]  # E2 82 AC

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -219,8 +219,11 @@ def _bad(url: str, what: str, data: Any) -> EngineError:
     )
 
 
-def parse_llama(data: Any, *, url: str, n_probs: int) -> Parsed:
-    """A llama-server ``/completion`` answer (non-streaming)."""
+def parse_llama(
+    data: Any, *, url: str, n_probs: int, pieces: Callable[[int], bytes] | None = None
+) -> Parsed:
+    """A llama-server ``/completion`` answer (non-streaming); ``pieces``: a token's bytes, to
+    place rows where byte pieces make it ambiguous (`rows_of_tokens`)."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), str):
         raise _bad(url, "'content'", data)
     if data.get("truncated"):
@@ -237,7 +240,7 @@ def parse_llama(data: Any, *, url: str, n_probs: int) -> Parsed:
     tokens = [int(t) for t in tokens]
     rows: list[Mapping[str, Any] | None] = []
     if n_probs > 0 or probs:  # a token without a row: no candidates, no piece (generate asks)
-        owners = rows_of_tokens(tokens, [int(p["id"]) for p in probs], url=url)
+        owners = rows_of_tokens(tokens, [int(p["id"]) for p in probs], url=url, pieces=pieces)
         rows = [None if j is None else probs[j] for j in owners]
     t_prompt, t_decode, steps = _timings(data)
     return Parsed(
@@ -255,14 +258,22 @@ def parse_llama(data: Any, *, url: str, n_probs: int) -> Parsed:
     )
 
 
-def rows_of_tokens(tokens: Sequence[int], row_ids: Sequence[int], *, url: str) -> list[int | None]:
+def rows_of_tokens(
+    tokens: Sequence[int],
+    row_ids: Sequence[int],
+    *,
+    url: str,
+    pieces: Callable[[int], bytes] | None = None,
+) -> list[int | None]:
     """For each token the index of its row of probabilities, None for a token without one.
 
     llama-server leaves out the row of a token that ends its text inside a UTF-8 character, so
-    the rows' IDs are a subsequence of the tokens. The match must be the only one: the earliest
-    and the latest placement of every row agree exactly when no other placement exists. (Two
-    byte tokens with one ID and only the second with a row, say ``E2 80 80``, can place a row
-    either way: such an answer, and one whose rows are not a subsequence at all, is refused.)
+    the rows' IDs are a subsequence of the tokens. Where only one placement exists (the
+    earliest and the latest placement of every row agree) it is the answer. Two byte pieces
+    with one ID and only the second with a row (``E2 80 80``, U+2000) fit either way: then
+    ``pieces`` (a token's bytes, `equiv.models.token_bytes`) replays llama-server's rule, and
+    the rows go where it says, provided their IDs are exactly those tokens'. An answer whose
+    rows are not a subsequence of its tokens, or that stays ambiguous, is refused.
     """
     earliest = _placement(tokens, row_ids)
     latest = _placement(tokens[::-1], row_ids[::-1])
@@ -273,6 +284,10 @@ def rows_of_tokens(tokens: Sequence[int], row_ids: Sequence[int], *, url: str) -
             "rewrote it?); equiv cannot tell which token a row belongs to"
         )
     latest = [len(tokens) - 1 - i for i in reversed(latest)]
+    if earliest != latest and pieces is not None:
+        rowed = [i for i, whole in enumerate(_whole_after(tokens, pieces)) if whole]
+        if [tokens[i] for i in rowed] == list(row_ids):
+            earliest = latest = rowed
     if earliest != latest:
         at = next(a for a, b in zip(earliest, latest, strict=True) if a != b)
         raise EngineError(
@@ -286,6 +301,22 @@ def rows_of_tokens(tokens: Sequence[int], row_ids: Sequence[int], *, url: str) -
     for j, i in enumerate(earliest):
         owner[i] = j
     return owner
+
+
+def _whole_after(tokens: Sequence[int], pieces: Callable[[int], bytes]) -> list[bool]:
+    """After each token, whether llama-server finds its text whole (its ``validate_utf8``: none
+    of the last four bytes starts a character longer than the bytes left after it)."""
+    tail, whole = b"", []
+    for token in tokens:
+        tail = (tail + pieces(token))[-4:]
+        cut = any(
+            ((c & 0xE0) == 0xC0 and i < 2)
+            or ((c & 0xF0) == 0xE0 and i < 3)
+            or ((c & 0xF8) == 0xF0 and i < 4)
+            for i, c in enumerate(reversed(tail), start=1)
+        )
+        whole.append(not cut)
+    return whole
 
 
 def _placement(tokens: Sequence[int], row_ids: Sequence[int]) -> list[int] | None:

@@ -50,6 +50,7 @@ from equiv.engines.server.settings import (
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
+from equiv.models.token_bytes import token_bytes
 from equiv.prompts import Prompt
 from equiv.records import Generation
 
@@ -278,6 +279,12 @@ class ServerEngine:
             self._pieces[token] = str(data.get("content", data.get("prompt", "")))
         return self._pieces[token]
 
+    def _token_bytes(self, token: int) -> bytes:
+        """A token's bytes from the target's GGUF vocabulary (read once, where rows must be
+        placed among byte pieces)."""
+        vocab = token_bytes(str(self.config.target.path))
+        return vocab[token] if 0 <= token < len(vocab) else b""
+
     # -- generation --------------------------------------------------------------------------
     def _complete(
         self,
@@ -300,7 +307,9 @@ class ServerEngine:
                     n_probs=k, draft=draft,
                 )  # fmt: skip
                 answer = self.client.post("/completion", body)
-                return parse_llama(answer, url=f"{self.url}/completion", n_probs=k)
+                return parse_llama(
+                    answer, url=f"{self.url}/completion", n_probs=k, pieces=self._token_bytes
+                )
             body = openai_body(
                 prompt_tokens, model=self.model, sampling=sampling, seed=seed,
                 max_tokens=max_tokens, n_probs=k,
