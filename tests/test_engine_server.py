@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import threading
@@ -200,7 +201,7 @@ def test_a_llama_server_answer_becomes_a_generation(tiny_config, fake):
     assert server_facts(engine) == {
         "url": fake.url,
         "api": "llama",
-        "rescoring": "llama-server n_probs, one request per position",
+        "rescoring": "llama-server n_probs: forced decoding, batched one by one",
     }
 
 
@@ -800,9 +801,11 @@ def _live_in_group(pgid: int) -> list[int]:
 
 def _scored(body: Any) -> Reply:
     """A scoring answer as llama-server gives it: the prompt's length, and timings saying how
-    many tokens it evaluated (all when cold, one on top of the cached prefix)."""
-    answer = _completion([len(body["prompt"]) % 30])
+    many tokens it evaluated (all when cold, one on top of the cached prefix). Given a grammar of
+    token IDs (forced decoding), it emits those tokens, each with its row."""
     n = len(body["prompt"])
+    forced = [int(t) for t in re.findall(r"<\[(\d+)\]>", body.get("grammar", ""))]
+    answer = _completion(forced or [n % 30])
     answer["tokens_evaluated"] = n
     answer["timings"] = {"prompt_n": 1 if body["cache_prompt"] else n, "cache_n": 0}
     if body["cache_prompt"]:
@@ -810,20 +813,17 @@ def _scored(body: Any) -> Reply:
     return _json(answer)
 
 
-@pytest.mark.parametrize("batched", [False, True])
-def test_rescoring_asks_one_row_per_position_cold_or_on_the_cached_prefix(
-    tiny_config, fake, batched
+def test_batched_rescoring_asks_one_row_per_position_on_interleaved_cached_prefixes(
+    tiny_config, fake
 ):
     engine = _engine(tiny_config, fake.url)
     assert engine.capabilities.rescoring
     fake.script["/completion"] = [_scored]
-    rows = engine.rescore([1, 9], [4, 5, 6], batched=batched)
+    rows = engine.rescore([1, 9], [4, 5, 6], batched=True)
     bodies = [body for path, body in fake.calls if path == "/completion"]
     assert [b["prompt"] for b in bodies] == [[1, 9], [1, 9, 4], [1, 9, 4, 5]]
     assert all(b["n_predict"] == 1 and b["post_sampling_probs"] is False for b in bodies)
-    # single-token: the prompt cold, then each position on top of the cached prefix
-    expected = [False] * 3 if batched else [False, True, True]
-    assert [b["cache_prompt"] for b in bodies] == expected
+    assert [b["cache_prompt"] for b in bodies] == [False] * 3  # each chain starts cold
     assert rows.shape == (3, 40)
     # the candidates the server returned (ids t and t + 1; id 7's log-probability is null)
     assert np.isfinite(rows[0]).sum() == 2
@@ -831,30 +831,86 @@ def test_rescoring_asks_one_row_per_position_cold_or_on_the_cached_prefix(
     assert rows[0][3] == pytest.approx(-3.0)
     assert rows[0][7] == -np.inf
     cost = engine.take_rescore_cost()
-    assert cost.requests == 3
-    assert cost.rows_off_path == 0
-    assert cost.tokens_evaluated == (2 + 3 + 4 if batched else 2 + 1 + 1)
+    assert (cost.requests, cost.rows_off_path, cost.tokens_evaluated) == (3, 0, 2 + 3 + 4)
     assert engine.take_rescore_cost().requests == 0  # taken
 
 
-def test_a_context_scored_once_is_not_asked_again_single_token(tiny_config, fake):
-    """Two samples sharing their first two tokens: the second asks only the row after the
-    context the first did not have; the rows it reuses are the first's, and counted."""
+def test_single_token_rescoring_decodes_the_sample_from_the_prompt_in_one_request(
+    tiny_config, fake
+):
+    """llama-server made to emit exactly the sample (a grammar of token IDs, temp 0): each row
+    is the raw row generation computed there, the prompt cold, then one token at a time."""
     engine = _engine(tiny_config, fake.url)
     fake.script["/completion"] = [_scored]
-    first = engine.rescore([1, 9], [4, 5, 6], batched=False)
+    fake.calls.clear()
+    rows = engine.rescore([1, 9], [4, 5, 8], batched=False)
+    (body,) = [body for path, body in fake.calls if path == "/completion"]
+    assert body["prompt"] == [1, 9]
+    assert body["grammar"] == "root ::= <[4]> <[5]> <[8]>"
+    assert (body["n_predict"], body["cache_prompt"], body["post_sampling_probs"]) == (
+        3,
+        False,
+        False,
+    )
+    assert [float(rows[i][t]) for i, t in enumerate((4, 5, 8))] == pytest.approx([-0.1] * 3)
+    cost = engine.take_rescore_cost()
+    assert (cost.requests, cost.rows, cost.rows_off_path) == (1, 3, 0)
+    assert cost.tokens_evaluated == 2 + 3
+
+
+def test_a_sample_whose_rows_are_all_known_is_not_asked_again(tiny_config, fake):
+    """Rows are reused only where every row of the sample is known: a row is generation's only
+    if every token before it was evaluated as generation did, so a sample sharing just a prefix
+    is decoded again from the prompt."""
+    engine = _engine(tiny_config, fake.url)
+    fake.script["/completion"] = [_scored]
+    first = engine.rescore([1, 9], [4, 5, 8], batched=False)
     engine.take_rescore_cost()
     fake.calls.clear()
-    second = engine.rescore([1, 9], [4, 5, 7, 8], batched=False)
-    bodies = [body for path, body in fake.calls if path == "/completion"]
-    assert [b["prompt"] for b in bodies] == [[1, 9, 4, 5, 7]]
-    np.testing.assert_array_equal(second[:3], first)  # the same contexts, the same rows
+    np.testing.assert_array_equal(engine.rescore([1, 9], [4, 5, 8], batched=False), first)
+    np.testing.assert_array_equal(engine.rescore([1, 9], [4, 5], batched=False), first[:2])
+    assert fake.calls == []
     cost = engine.take_rescore_cost()
-    assert (cost.requests, cost.rows, cost.rows_reused) == (1, 4, 3)
+    assert (cost.requests, cost.rows, cost.rows_reused) == (0, 5, 5)
+    engine.rescore([1, 9], [4, 5, 7, 8], batched=False)
+    bodies = [body for path, body in fake.calls if path == "/completion"]
+    assert [b["grammar"] for b in bodies] == ["root ::= <[4]> <[5]> <[7]> <[8]>"]
     fake.calls.clear()
-    engine.rescore([1, 9], [4, 5, 6], batched=True)  # batched rows are always asked
+    engine.rescore([1, 9], [4, 5, 8], batched=True)  # batched rows are always asked
     assert len([b for path, b in fake.calls if path == "/completion"]) == 3
-    assert engine.take_rescore_cost().rows_reused == 0
+
+
+def test_a_position_without_a_row_in_the_decoded_sample_is_asked_on_its_own(tiny_config, fake):
+    engine = _engine(tiny_config, fake.url)
+
+    def decoded(body: Any) -> Reply:
+        if "grammar" not in body:
+            return _scored(body)
+        status, ctype, raw = _scored(body)
+        return status, ctype, json.dumps(_without_rows(json.loads(raw), 1)).encode()
+
+    fake.script["/completion"] = [decoded]
+    rows = engine.rescore([1, 9], [4, 464, 8], batched=False)
+    bodies = [body for path, body in fake.calls if path == "/completion"]
+    assert [(b["prompt"], "grammar" in b) for b in bodies] == [([1, 9], True), ([1, 9, 4], False)]
+    assert bodies[1]["cache_prompt"] is True  # on the decoded sample's cached prefix
+    assert (np.isfinite(rows).sum(axis=1) >= 2).all()
+
+
+def test_a_server_that_refuses_token_grammars_is_asked_one_position_at_a_time(tiny_config, fake):
+    engine = _engine(tiny_config, fake.url)
+
+    def no_grammar(body: Any) -> Reply:
+        if "grammar" in body:
+            return _json({"error": {"code": 400, "message": "failed to parse grammar"}}, 400)
+        return _scored(body)
+
+    fake.script["/completion"] = [no_grammar]
+    engine.rescore([1, 9], [4, 5], batched=False)
+    engine.rescore([1, 9], [7, 6], batched=False)
+    bodies = [body for path, body in fake.calls if path == "/completion"]
+    assert ["grammar" in b for b in bodies] == [True, False, False, False]  # asked once only
+    assert [b["prompt"] for b in bodies[1:]] == [[1, 9], [1, 9, 4], [1, 9, 7]]
 
 
 def test_a_scoring_answer_without_a_row_is_asked_again_with_its_token_banned(tiny_config, fake):

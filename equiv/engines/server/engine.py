@@ -111,7 +111,7 @@ class ServerEngine:
             self._rescorer = LlamaRescorer(
                 self.client, n_vocab=json_int(n_vocab), n_probs=rescore_candidates(config)
             )
-            self._rescoring_how = "llama-server n_probs, one request per position"
+            self._rescoring_how = "llama-server n_probs: forced decoding, batched one by one"
         elif self._facts.get("token_ids"):
             self._rescorer, self._rescoring_how = self._openai_scorer()
         self.capabilities = Capabilities(
@@ -367,9 +367,10 @@ class ServerEngine:
     def rescore(
         self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
     ) -> npt.NDArray[np.float32]:
-        """The target's rows on this server: on llama-server one ``n_predict: 1, n_probs: K``
-        request per position (`equiv.engines.server.rescore`), on vLLM / SGLang one prefill
-        request (`equiv.engines.server.scoring_openai`); ``-inf`` outside the K candidates."""
+        """The target's rows on this server: on llama-server single-token rows by forced
+        decoding (one request a sample), batched rows one request per position
+        (`equiv.engines.server.rescore`); on vLLM / SGLang one prefill request
+        (`equiv.engines.server.scoring_openai`); ``-inf`` outside the K candidates."""
         if self._rescorer is None:
             raise EngineError(
                 f"the {self.path} server at {self.url} ({self.api} API) cannot re-score "

@@ -1,36 +1,36 @@
 """Re-scoring on llama-server: the target's rows at given positions, asked of the server itself.
 
 llama-server gives no probabilities for prompt tokens, but ``n_probs: K`` returns, for a generated
-token, the top K of the softmax of the *raw* logits row it came from (no sampler applied). So one
-``n_predict: 1, n_probs: K`` request per position gives the target's row there, as top-K
-log-probabilities (`equiv.engines.base.Rescoring`: ``-inf`` outside those K). How the server
-evaluated that row is chosen by the prompt cache and checked in the answer's ``timings``:
+token, the top K of the softmax of the *raw* logits row it came from (no sampler applied), as
+top-K log-probabilities (`equiv.engines.base.Rescoring`: ``-inf`` outside those K). How the
+server evaluated each row is chosen by the request:
 
-- **single-token** (as plain decoding): position 0 is the prompt evaluated cold, as generation
-  evaluates it; position i > 0 sends prompt + tokens[:i] with ``cache_prompt: true`` right after
-  position i - 1, so the server finds all but the last token in its KV cache and evaluates one
-  token (``timings.prompt_n == 1``). One server evaluation of one token per position.
-- **batched** (as draft verification): the positions are walked in `BATCH_STRIDE` interleaved
-  chains (0, 4, 8, ...; 1, 5, 9, ...): the first of each chain is sent cold, every next one
-  extends the cached prefix by `BATCH_STRIDE` tokens, so each row is the last of a batch of at
-  least that many tokens on a cached prefix, the shape of verifying a few drafts
-  (``timings.prompt_n >= 2``). Sending every position cold (also a batch) costs the whole prefix
-  per row: 5-6x the tokens on the default suite.
-
-A sliding-window model (Gemma 3) served without ``--swa-full`` keeps context checkpoints, and
-llama-server restores one 4 tokens back instead of extending a cached prefix by one token: such
-"single-token" rows come from a 5-token batch. They are still the target's rows, counted in
-`RescoreCost.rows_off_path`; ``--server-args --swa-full`` (both servers) makes them single-token.
-
-A single-token row is asked once per context: seeds (and the two paths' samples) that share a
-prefix share its rows, so the rows of a context already scored in this run are reused, not asked
-again (`RescoreCost.rows_reused`; the last `CACHE_ROWS` contexts are kept). The next row asked
-after a reused one finds less of its prefix in the server's cache and may be evaluated as a small
-batch; such rows are counted in ``rows_off_path`` like the rest. Batched rows are always asked.
+- **single-token** (as plain decoding), by *forced decoding*: one request per sample sends the
+  prompt cold with ``n_predict`` = the sample's length, temp 0 and a grammar of the sample's
+  token IDs (``root ::= <[t0]> <[t1]> ...``, llama.cpp's token grammar), so the server emits
+  exactly the sample, evaluating the prompt as generation does and then one token at a time.
+  A grammar is a sampler: the rows ``n_probs`` reads are the raw ones. Every row is then the row
+  generation computed at that position, bit for bit where the server ran one request at a time
+  (the same evaluations in the same order; `tests/test_rescore_server.py`), whatever the
+  model's caches. A row cannot be asked for a context alone: it is generation's only if every
+  token before it was evaluated as generation did, so a sample is decoded whole from the
+  prompt, and rows are reused only where every row of a sample is known already
+  (`RescoreCost.rows_reused`; the last `CACHE_ROWS` contexts are kept). A server that refuses
+  the grammar (HTTP 4xx) is asked one position at a time instead, each on the cached prefix
+  of the one before (older builds; on Gemma 3 without ``--swa-full`` llama-server then
+  restores a checkpoint 4 tokens back, and such rows, counted in `RescoreCost.rows_off_path`,
+  come from a 5-token batch).
+- **batched** (as draft verification): one ``n_predict: 1`` request per position, walked in
+  `BATCH_STRIDE` interleaved chains (0, 4, 8, ...; 1, 5, 9, ...): the first of each chain is sent
+  cold, every next one extends the cached prefix by `BATCH_STRIDE` tokens, so each row is the
+  last of a batch of at least that many tokens on a cached prefix, the shape of verifying a few
+  drafts (``timings.prompt_n >= 2``). Sending every position cold (also a batch) costs the whole
+  prefix per row: 5-6x the tokens on the default suite. Batched rows are always asked.
 
 llama-server sends no row for a token that leaves a UTF-8 character unfinished (a byte piece):
-where the greedy token of a scoring request is one, the request is sent again with that token
-banned by ``logit_bias``. A bias is a sampler; ``n_probs`` reads the raw logits row, so the row
+such a position of a decoded sample is asked on its own, and where the greedy token of a
+one-position request is one, the request is sent again with that token banned by
+``logit_bias``. A bias is a sampler; ``n_probs`` reads the raw logits row, so the row
 is the same one (the retry's evaluation is checked and counted like any other).
 
 Every answer is checked against the request: ``tokens_evaluated`` must be the prefix's length
@@ -47,14 +47,15 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from equiv.engines.base import RescoreCost
-from equiv.engines.server.http import JsonClient
+from equiv.engines.server.api import rows_of_tokens
+from equiv.engines.server.http import HttpStatusError, JsonClient
 from equiv.errors import EngineError
 from equiv.json_types import JSONDict, JSONObject, json_float, json_int
 
@@ -62,6 +63,7 @@ __all__ = ["BATCH_STRIDE", "CACHE_ROWS", "LlamaRescorer", "scoring_body"]
 
 BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its cached prefix
 CACHE_ROWS = 50_000  # single-token rows kept for reuse (K candidates each: a few MB in all)
+Row = tuple[list[int], list[float]]  # one position's candidates: IDs, log-probabilities
 MAX_BANNED = 4  # the longest UTF-8 character: tokens banned from one scoring request at most
 
 
@@ -97,8 +99,9 @@ class LlamaRescorer:
         self._local = threading.local()
         self._lock = threading.Lock()
         self.total = RescoreCost()
+        self.forced = True  # single-token rows by forced decoding (off: the server refused it)
         # the single-token rows asked so far, by their prefix (prompt + tokens before)
-        self._rows: OrderedDict[bytes, tuple[list[int], list[float]]] = OrderedDict()
+        self._rows: OrderedDict[bytes, Row] = OrderedDict()
 
     # -- the ledger --------------------------------------------------------------------------
     def _add(self, cost: RescoreCost) -> None:
@@ -123,6 +126,10 @@ class LlamaRescorer:
         rows = np.full((len(tokens), self.n_vocab), -np.inf, dtype=np.float32)
         prompt = [int(t) for t in prompt_tokens]
         n = len(tokens)
+        if not batched and self.forced:
+            for i, (ids, logprobs) in enumerate(self._decoded(prompt, [int(t) for t in tokens])):
+                rows[i, ids] = logprobs
+            return rows
         if batched:  # interleaved chains, each extending its cached prefix by BATCH_STRIDE
             order = [
                 (i, i >= BATCH_STRIDE)
@@ -140,9 +147,77 @@ class LlamaRescorer:
             rows[i, ids] = logprobs
         return rows
 
-    def _single(self, prefix: list[int], *, cached: bool) -> tuple[list[int], list[float]]:
+    def _decoded(self, prompt: list[int], tokens: list[int]) -> list[Row]:
+        """Single-token rows by forced decoding (module docstring): rows asked before in this
+        run are reused where every row of ``tokens`` is known; else one request decodes all of
+        them from the prompt, because a row is generation's only if every token before it was
+        evaluated as generation evaluated it (one at a time after the prompt)."""
+        keys = [
+            np.asarray(prompt + tokens[:i], dtype=np.int64).tobytes() for i in range(len(tokens))
+        ]
+        with self._lock:
+            known = [self._rows.get(key) for key in keys]
+        if all(row is not None for row in known):
+            self._add(RescoreCost(rows=len(keys), rows_reused=len(keys)))
+            return [row for row in known if row is not None]
+        try:
+            got = self._force(prompt, tokens)
+        except HttpStatusError as exc:  # a server without token grammars: one row a request
+            if exc.status >= 500:
+                raise
+            self.forced = False
+            return [self._single(prompt + tokens[:i], cached=i > 0) for i in range(len(tokens))]
+        rows = []
+        for i, key in enumerate(keys):
+            row = got[i] if i < len(got) else None
+            if row is None:  # none in the answer (a byte piece): asked on its own, off the path
+                row = self._single(prompt + tokens[:i], cached=True)
+            self._keep(key, row)
+            rows.append(row)
+        return rows
+
+    def _force(self, prefix: list[int], rest: list[int]) -> list[Row | None]:
+        """Rows of ``rest`` after ``prefix``, decoded one token at a time as generation does
+        (``prefix`` evaluated cold, each next token on its own): llama-server made to emit
+        exactly ``rest`` by a grammar of token IDs, at temp 0; ``n_probs`` reads the raw rows, which
+        a grammar (a sampler) does not touch. Entries stop where the answer stops following
+        ``rest``; a token without a row (a byte piece, `rows_of_tokens`) has None."""
+        url = f"{self.client.base_url}/completion"
+        body = scoring_body(prefix, n_probs=self.n_probs, cached=False)
+        body["n_predict"] = len(rest)
+        body["grammar"] = "root ::= " + " ".join(f"<[{t}]>" for t in rest)
+        started = time.perf_counter()
+        answer = self.client.post("/completion", body)
+        wall = time.perf_counter() - started
+        try:
+            got, cost = parse_forced(
+                answer, url=url, prefix_len=len(prefix), rest=rest,
+                n_probs=min(self.n_probs, self.n_vocab), wall_s=wall,
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise EngineError(
+                f"{url} answered a forced-decoding request with a malformed body "
+                f"({type(exc).__name__}: {exc}; {str(answer)[:160]!r})"
+            ) from None
+        self._add(cost)
+        for row in got:
+            bad = [] if row is None else [t for t in row[0] if not 0 <= t < self.n_vocab]
+            if bad:
+                raise EngineError(
+                    f"{url} scored token {bad[0]}, outside the target's vocabulary of "
+                    f"{self.n_vocab}: the server does not serve the configured target"
+                )
+        return got
+
+    def _keep(self, key: bytes, row: Row) -> None:
+        with self._lock:
+            self._rows[key] = row
+            if len(self._rows) > CACHE_ROWS:
+                self._rows.popitem(last=False)
+
+    def _single(self, prefix: list[int], *, cached: bool) -> Row:
         """The single-token row after ``prefix``: reused where this run has asked it already."""
-        key = np.asarray(prefix, dtype=np.int64).tobytes()
+        key = _key(prefix)
         with self._lock:
             known = self._rows.get(key)
             if known is not None:
@@ -151,15 +226,10 @@ class LlamaRescorer:
             self._add(RescoreCost(rows=1, rows_reused=1))
             return known
         answer = self.score(prefix, cached=cached, single=cached)
-        with self._lock:
-            self._rows[key] = answer
-            if len(self._rows) > CACHE_ROWS:
-                self._rows.popitem(last=False)
+        self._keep(key, answer)
         return answer
 
-    def score(
-        self, prefix: Sequence[int], *, cached: bool, single: bool = False
-    ) -> tuple[list[int], list[float]]:
+    def score(self, prefix: Sequence[int], *, cached: bool, single: bool = False) -> Row:
         """The top candidates of the row after ``prefix``: ``cached`` lets the server reuse its
         cached prefix; ``single`` says one token should be evaluated (else at least two)."""
         url = f"{self.client.base_url}/completion"
@@ -190,6 +260,11 @@ class LlamaRescorer:
         return ids, logprobs
 
 
+def _key(prefix: Sequence[int]) -> bytes:
+    """A context's key in the row cache."""
+    return np.asarray(prefix, dtype=np.int64).tobytes()
+
+
 def _rowless_choice(answer: Any) -> int | None:
     """The token a scoring answer chose without a row of probabilities, if it did."""
     if not isinstance(answer, dict) or answer.get("completion_probabilities"):
@@ -198,6 +273,69 @@ def _rowless_choice(answer: Any) -> int | None:
     if isinstance(tokens, list) and len(tokens) == 1 and isinstance(tokens[0], int):
         return tokens[0]
     return None
+
+
+def _row(candidates: Sequence[Mapping[str, Any]]) -> Row:
+    """One answer's candidates: IDs and log-probabilities (a null is p = 0)."""
+    ids = [int(c["id"]) for c in candidates]
+    logprobs = [-math.inf if c.get("logprob") is None else float(c["logprob"]) for c in candidates]
+    return ids, logprobs
+
+
+def _real(ids: Sequence[int], logprobs: Sequence[float]) -> bool:
+    """Not a placeholder: probabilities summing to at most 1, no token twice."""
+    return sum(math.exp(lp) for lp in logprobs) <= 1.0 + 1e-3 and len(set(ids)) == len(ids)
+
+
+def parse_forced(
+    data: Any,
+    *,
+    url: str,
+    prefix_len: int,
+    rest: Sequence[int],
+    n_probs: int,
+    wall_s: float,
+) -> tuple[list[Row | None], RescoreCost]:
+    """The rows of a forced-decoding answer, in the order of ``rest``, up to where the answer
+    stops following it (the row there is still the one after the shared context), with its
+    cost."""
+    if not isinstance(data, dict):
+        raise EngineError(f"{url} answered a forced-decoding request with {str(data)[:120]!r}")
+    evaluated = data.get("tokens_evaluated")
+    if evaluated is not None and int(evaluated) != prefix_len:
+        raise EngineError(
+            f"{url} answered a forced-decoding request for a prompt of {evaluated} tokens, but "
+            f"equiv sent {prefix_len}: the answer is for another prefix"
+        )
+    tokens = [int(t) for t in data.get("tokens") or []]
+    probs = data.get("completion_probabilities") or []
+    try:
+        owners = rows_of_tokens(tokens, [int(p["id"]) for p in probs], url=url)
+    except EngineError:  # byte pieces that place rows ambiguously: each asked on its own
+        owners = [None] * len(tokens)
+    got: list[Row | None] = []
+    for token, wanted, j in zip(tokens, rest, owners, strict=False):
+        row = None if j is None else _row(probs[j].get("top_logprobs") or [])
+        if row is not None and (len(row[0]) < min(n_probs, 2) or not _real(*row)):
+            row = None  # a placeholder: asked on its own
+        got.append(row)
+        if token != wanted:
+            break
+    raw = data.get("timings")
+    timings: JSONObject = raw if isinstance(raw, dict) else {}
+    rows = sum(row is not None for row in got)
+    cost = RescoreCost(
+        requests=1,
+        rows=rows,
+        tokens_evaluated=max(json_int(timings.get("prompt_n", -1)), 0) + len(got),
+        tokens_cached=json_int(timings.get("cache_n", 0)),
+        server_s=(
+            json_float(timings.get("prompt_ms", 0.0)) + json_float(timings.get("predicted_ms", 0.0))
+        )
+        / 1000,
+        wall_s=wall_s,
+    )
+    return got, cost
 
 
 def parse_scoring(
@@ -246,9 +384,8 @@ def _parse_scoring(
             f"({str(data)[:160]!r}): this server cannot re-score (a llama-server build without "
             "n_probs, or an endpoint that is not llama-server's /completion)"
         )
-    ids = [int(c["id"]) for c in candidates]
-    logprobs = [-math.inf if c.get("logprob") is None else float(c["logprob"]) for c in candidates]
-    if sum(math.exp(lp) for lp in logprobs) > 1.0 + 1e-3 or len(set(ids)) != len(ids):
+    ids, logprobs = _row(candidates)
+    if not _real(ids, logprobs):
         raise EngineError(
             f"{url} returned placeholder probabilities for a scoring request (they sum above 1 "
             "or repeat a token): no evidence to score with"
