@@ -152,9 +152,7 @@ class LlamaRescorer:
         run are reused where every row of ``tokens`` is known; else one request decodes all of
         them from the prompt, because a row is generation's only if every token before it was
         evaluated as generation evaluated it (one at a time after the prompt)."""
-        keys = [
-            np.asarray(prompt + tokens[:i], dtype=np.int64).tobytes() for i in range(len(tokens))
-        ]
+        keys = [_key(prompt + tokens[:i]) for i in range(len(tokens))]
         with self._lock:
             known = [self._rows.get(key) for key in keys]
         if all(row is not None for row in known):
