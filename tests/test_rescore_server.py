@@ -86,8 +86,12 @@ def test_single_token_rows_are_the_baselines_own(baseline, temp, atol):
         ids = [alt.ids[j] for j in real]
         assert set(ids) <= set(np.flatnonzero(np.isfinite(rows[i]))), f"position {i}"
         np.testing.assert_allclose(rows[i][ids], [alt.logits[j] for j in real], atol=atol)
-    assert (cost.requests, cost.rows, cost.rows_off_path) == (1, gen.n_tokens, 0)
-    assert cost.tokens_evaluated == len(tokens) + gen.n_tokens
+    # a byte piece without a row in the answer (a sample may hold one) is asked on its own
+    rowless = sum(not alt.ids for alt in gen.alternatives)
+    assert (cost.requests, cost.rows) == (1 + rowless, gen.n_tokens)
+    assert cost.rows_off_path <= rowless
+    if not rowless:
+        assert cost.tokens_evaluated == len(tokens) + gen.n_tokens
     assert cost.wall_s > 0
 
 
@@ -150,6 +154,9 @@ def test_a_lead_byte_gets_no_row_and_a_ban_leaves_the_raw_row(baseline):
     top = plain["completion_probabilities"][0]["top_logprobs"]
     banned = [lead, plain["tokens"][0]]
     other = post("/completion", scoring_body(prompt, n_probs=8, cached=False, banned=banned))
+    while not other.get("completion_probabilities") and len(banned) < 6:  # another lead byte
+        banned.append(other["tokens"][0])
+        other = post("/completion", scoring_body(prompt, n_probs=8, cached=False, banned=banned))
     assert other["tokens"][0] not in banned
     assert other["completion_probabilities"][0]["top_logprobs"] == top
 
