@@ -47,8 +47,8 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -63,6 +63,7 @@ __all__ = ["BATCH_STRIDE", "CACHE_ROWS", "LlamaRescorer", "scoring_body"]
 
 BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its cached prefix
 CACHE_ROWS = 50_000  # single-token rows kept for reuse (K candidates each: a few MB in all)
+_T = TypeVar("_T")
 Row = tuple[list[int], list[float]]  # one position's candidates: IDs, log-probabilities
 MAX_BANNED = 4  # the longest UTF-8 character: tokens banned from one scoring request at most
 
@@ -187,25 +188,24 @@ class LlamaRescorer:
         started = time.perf_counter()
         answer = self.client.post("/completion", body)
         wall = time.perf_counter() - started
-        try:
-            got, cost = parse_forced(
-                answer, url=url, prefix_len=len(prefix), rest=rest,
-                n_probs=min(self.n_probs, self.n_vocab), wall_s=wall,
-            )  # fmt: skip
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise EngineError(
-                f"{url} answered a forced-decoding request with a malformed body "
-                f"({type(exc).__name__}: {exc}; {str(answer)[:160]!r})"
-            ) from None
+        got, cost = parse_forced(
+            answer, url=url, prefix_len=len(prefix), rest=rest,
+            n_probs=min(self.n_probs, self.n_vocab), wall_s=wall,
+        )  # fmt: skip
         self._add(cost)
         for row in got:
-            bad = [] if row is None else [t for t in row[0] if not 0 <= t < self.n_vocab]
-            if bad:
-                raise EngineError(
-                    f"{url} scored token {bad[0]}, outside the target's vocabulary of "
-                    f"{self.n_vocab}: the server does not serve the configured target"
-                )
+            if row is not None:
+                self._check_vocab(url, row[0])
         return got
+
+    def _check_vocab(self, url: str, ids: Sequence[int]) -> None:
+        """Refuse candidates outside the target's vocabulary: another model answered."""
+        bad = [i for i in ids if not 0 <= i < self.n_vocab]
+        if bad:
+            raise EngineError(
+                f"{url} scored token {bad[0]}, outside the target's vocabulary of {self.n_vocab}: "
+                "the server does not serve the configured target"
+            )
 
     def _keep(self, key: bytes, row: Row) -> None:
         with self._lock:
@@ -249,12 +249,7 @@ class LlamaRescorer:
             single=single, wall_s=wall,
         )  # fmt: skip
         self._add(cost)
-        bad = [i for i in ids if not 0 <= i < self.n_vocab]
-        if bad:
-            raise EngineError(
-                f"{url} scored token {bad[0]}, outside the target's vocabulary of {self.n_vocab}: "
-                "the server does not serve the configured target"
-            )
+        self._check_vocab(url, ids)
         return ids, logprobs
 
 
@@ -296,17 +291,20 @@ def parse_forced(
 ) -> tuple[list[Row | None], RescoreCost]:
     """The rows of a forced-decoding answer, in the order of ``rest``, up to where the answer
     stops following it (the row there is still the one after the shared context), with its
-    cost."""
-    if not isinstance(data, dict):
-        raise EngineError(f"{url} answered a forced-decoding request with {str(data)[:120]!r}")
-    evaluated = data.get("tokens_evaluated")
-    if evaluated is not None and int(evaluated) != prefix_len:
-        raise EngineError(
-            f"{url} answered a forced-decoding request for a prompt of {evaluated} tokens, but "
-            f"equiv sent {prefix_len}: the answer is for another prefix"
-        )
-    tokens = [int(t) for t in data.get("tokens") or []]
-    probs = data.get("completion_probabilities") or []
+    cost; a malformed answer is an `EngineError` naming the server."""
+    return _malformed_named(
+        "a forced-decoding request", url, data,
+        lambda: _parse_forced(data, url=url, prefix_len=prefix_len, rest=rest, n_probs=n_probs,
+                              wall_s=wall_s),
+    )  # fmt: skip
+
+
+def _parse_forced(
+    data: Any, *, url: str, prefix_len: int, rest: Sequence[int], n_probs: int, wall_s: float
+) -> tuple[list[Row | None], RescoreCost]:
+    answer = _answer_for(data, url=url, prefix_len=prefix_len, what="a forced-decoding request")
+    tokens = [int(t) for t in answer.get("tokens") or []]
+    probs = answer.get("completion_probabilities") or []
     try:
         owners = rows_of_tokens(tokens, [int(p["id"]) for p in probs], url=url)
     except EngineError:  # byte pieces that place rows ambiguously: each asked on its own
@@ -319,21 +317,56 @@ def parse_forced(
         got.append(row)
         if token != wanted:
             break
-    raw = data.get("timings")
-    timings: JSONObject = raw if isinstance(raw, dict) else {}
     rows = sum(row is not None for row in got)
-    cost = RescoreCost(
+    return got, _cost(answer, rows=rows, decoded=len(got), wall_s=wall_s)
+
+
+def _malformed_named(what: str, url: str, data: Any, parse: Callable[[], _T]) -> _T:
+    """``parse()``, with an answer whose fields have the wrong type or are missing turned into
+    an `EngineError` naming the server."""
+    try:
+        return parse()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EngineError(
+            f"{url} answered {what} with a malformed body ({type(exc).__name__}: "
+            f"{exc}; {str(data)[:160]!r}): is it llama-server's /completion?"
+        ) from None
+
+
+def _answer_for(data: Any, *, url: str, prefix_len: int, what: str) -> dict[str, Any]:
+    """``data`` as an answer to a request for a prefix of ``prefix_len`` tokens, or an
+    `EngineError` where it is no answer or one for another prefix."""
+    if not isinstance(data, dict):
+        raise EngineError(f"{url} answered {what} with {str(data)[:120]!r}")
+    evaluated = data.get("tokens_evaluated")
+    if evaluated is not None and int(evaluated) != prefix_len:
+        raise EngineError(
+            f"{url} answered {what} for a prompt of {evaluated} tokens, but equiv sent "
+            f"{prefix_len}: the answer is for another prefix (a proxy or cache in between?); "
+            "re-scoring needs answers for the tokens sent"
+        )
+    return data
+
+
+def _cost(
+    answer: Mapping[str, Any], *, rows: int, decoded: int, wall_s: float, off_path: int = 0
+) -> RescoreCost:
+    """One request's cost from its answer's ``timings``: the prompt tokens evaluated, plus
+    ``decoded`` tokens generated on them."""
+    raw = answer.get("timings")
+    timings: JSONObject = raw if isinstance(raw, dict) else {}
+    return RescoreCost(
         requests=1,
         rows=rows,
-        tokens_evaluated=max(json_int(timings.get("prompt_n", -1)), 0) + len(got),
+        tokens_evaluated=max(json_int(timings.get("prompt_n", -1)), 0) + decoded,
         tokens_cached=json_int(timings.get("cache_n", 0)),
         server_s=(
             json_float(timings.get("prompt_ms", 0.0)) + json_float(timings.get("predicted_ms", 0.0))
         )
         / 1000,
         wall_s=wall_s,
+        rows_off_path=off_path,
     )
-    return got, cost
 
 
 def parse_scoring(
@@ -341,29 +374,17 @@ def parse_scoring(
 ) -> tuple[list[int], list[float], RescoreCost]:
     """Candidates and cost of one scoring answer, checked against the request; an answer whose
     fields have the wrong type or are missing is an `EngineError` naming the server."""
-    try:
-        return _parse_scoring(
-            data, url=url, prefix_len=prefix_len, n_probs=n_probs, single=single, wall_s=wall_s
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise EngineError(
-            f"{url} answered a scoring request with a malformed body ({type(exc).__name__}: "
-            f"{exc}; {str(data)[:160]!r}): is it llama-server's /completion?"
-        ) from None
+    return _malformed_named(
+        "a scoring request", url, data,
+        lambda: _parse_scoring(data, url=url, prefix_len=prefix_len, n_probs=n_probs,
+                               single=single, wall_s=wall_s),
+    )  # fmt: skip
 
 
 def _parse_scoring(
     data: Any, *, url: str, prefix_len: int, n_probs: int, single: bool, wall_s: float
 ) -> tuple[list[int], list[float], RescoreCost]:
-    if not isinstance(data, dict):
-        raise EngineError(f"{url} answered a scoring request with {str(data)[:120]!r}")
-    evaluated = data.get("tokens_evaluated")
-    if evaluated is not None and int(evaluated) != prefix_len:
-        raise EngineError(
-            f"{url} answered a scoring request for a prompt of {evaluated} tokens, but equiv sent "
-            f"{prefix_len}: the answer is for another prefix (a proxy or cache in between?); "
-            "re-scoring needs answers for the tokens sent"
-        )
+    data = _answer_for(data, url=url, prefix_len=prefix_len, what="a scoring request")
     if (chosen := _rowless_choice(data)) is not None:
         raise EngineError(
             f"{url} chose token {chosen} for a scoring request and sent no row of probabilities "
@@ -389,20 +410,7 @@ def _parse_scoring(
             "or repeat a token): no evidence to score with"
         )
     raw = data.get("timings")
-    timings: JSONObject = raw if isinstance(raw, dict) else {}
-    prompt_n = json_int(timings.get("prompt_n", -1))
-    cache_n = json_int(timings.get("cache_n", 0))
+    prompt_n = json_int(raw.get("prompt_n", -1)) if isinstance(raw, dict) else -1
     on_path = prompt_n == 1 if single else prompt_n != 1  # a cold 1-token prompt is fine too
-    cost = RescoreCost(
-        requests=1,
-        rows=1,
-        tokens_evaluated=max(prompt_n, 0),
-        tokens_cached=cache_n,
-        server_s=(
-            json_float(timings.get("prompt_ms", 0.0)) + json_float(timings.get("predicted_ms", 0.0))
-        )
-        / 1000,
-        wall_s=wall_s,
-        rows_off_path=0 if on_path or prefix_len == 1 else 1,
-    )
-    return ids, logprobs, cost
+    off_path = 0 if on_path or prefix_len == 1 else 1
+    return ids, logprobs, _cost(data, rows=1, decoded=0, wall_s=wall_s, off_path=off_path)
