@@ -122,8 +122,9 @@ class FaultProxy:
         answer = self._complete(request)
         rng = random.Random(int(request.get("seed", 0)) * 7919 + len(request["prompt"]))
         i = 0
+        rows = _rows(answer)  # llama-server sends no row for some byte pieces
         while i < len(answer.get("tokens", [])):
-            j = _rows(answer)[i]  # llama-server sends no row for some byte pieces
+            j = rows[i]
             candidates = [] if j is None else _candidates(answer["completion_probabilities"][j])
             replacement = None
             if len(candidates) >= 2:
@@ -142,6 +143,7 @@ class FaultProxy:
                     replacement = drawn if drawn[0] != token else None
             if replacement is not None:
                 answer = self._continue(request, answer, i, replacement)
+                rows = _rows(answer)
                 with self._lock:
                     self.faults += 1
                 if self.fault == "swap":
