@@ -52,9 +52,9 @@ from equiv.records import Generation
 from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.prompt_analysis import analyze
-from equiv.verdicts.samples import Sample
-from equiv.verdicts.sampling_verdict import classify_sampling
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.verdict import classify_sampling
 
 ENGINES = [
     "reference:greedy",

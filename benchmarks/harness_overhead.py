@@ -40,7 +40,7 @@ from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts import graders
+from equiv.verdicts.quality import graders
 
 
 def _time_placebo(runner: Runner) -> list[float]:

@@ -38,9 +38,9 @@ from equiv.records import ResultsFile
 from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.prompt_analysis import analyze
-from equiv.verdicts.samples import Sample
-from equiv.verdicts.sampling_verdict import classify_sampling
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.verdict import classify_sampling
 
 #: Added to the speculative path's seeds, so that its samples are independent of the baseline's
 #: (with equal seeds one engine gives both paths the same tokens: a trivial placebo).

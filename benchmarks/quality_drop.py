@@ -1,5 +1,5 @@
 """Can the quality test see a real drop? Graded prompts through a correct and a faulty
-speculative path, judged exactly as a run judges them (`equiv.verdicts.summary.summarize`).
+speculative path, judged exactly as a run judges them (`equiv.verdicts.runs.summary.summarize`).
 
 For each engine the graded prompts run through the usual `Runner` (the baseline is plain
 llama-cpp-python; the speculative path is the engine named): at temp 0 once, or at
@@ -34,9 +34,9 @@ from equiv.prompts import Prompt, load_suites
 from equiv.records import ResultsFile
 from equiv.run.plan import PlanItem, plan
 from equiv.run.runner import Runner
-from equiv.verdicts.graders import Outcome, grade_pair
-from equiv.verdicts.quality import GradedSample, Quality, quality
-from equiv.verdicts.summary import summarize_file
+from equiv.verdicts.quality.graders import Outcome, grade_pair
+from equiv.verdicts.quality.paired import GradedSample, Quality, quality
+from equiv.verdicts.runs.summary import summarize_file
 
 
 def graded_prompts(globs: list[str]) -> list[Prompt]:

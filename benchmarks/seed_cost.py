@@ -17,7 +17,7 @@ from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.llamacpp import LlamaCppEngine
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
-from equiv.verdicts.token_evidence import chain_pit
+from equiv.verdicts.sampling.token_evidence import chain_pit
 
 
 def run(

@@ -3,7 +3,7 @@
 Each run is one prompt of a fresh random "language model" (a first-order chain over a small
 vocabulary: every previous token has its own logits row, drawn anew per run), sampled for
 ``--budget`` seeds x ``--tokens`` tokens on both paths through the real sampler chain of equiv
-(`equiv.verdicts.chain`), with the evidence a run records in process (`chain_evidence`). The
+(`equiv.engines.chain`), with the evidence a run records in process (`chain_evidence`). The
 runs are independent: each has its own model and its own random streams.
 
 - **Level** (``--fault none``: both paths sample from the same rows): a false positive is any
@@ -36,13 +36,13 @@ import numpy as np
 from scipy import stats as sps
 
 from equiv.config import SamplingConfig
+from equiv.engines.chain import chain_distribution
 from equiv.records.verdict import Label
-from equiv.verdicts.chain import chain_distribution
-from equiv.verdicts.prompt_analysis import analyze
-from equiv.verdicts.samples import PathSample, Sample
-from equiv.verdicts.sampling_verdict import classify_sampling
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.samples import PathSample, Sample
+from equiv.verdicts.sampling.token_evidence import chain_evidence
+from equiv.verdicts.sampling.verdict import classify_sampling
 from equiv.verdicts.stats.sequential import schedule, stops
-from equiv.verdicts.token_evidence import chain_evidence
 
 VOCAB = 48
 REJECTING = (Label.SAMPLER_BUG, Label.NUMERIC_DRIFT)

@@ -36,8 +36,8 @@ from equiv.records import ResultsFile
 from equiv.records.verdict import verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.classify import classify_temp0
-from equiv.verdicts.compare import compare
+from equiv.verdicts.temp0.classify import classify_temp0
+from equiv.verdicts.temp0.compare import compare
 
 
 def correct_paths(config: RunConfig, prompts: list[Any], engine: str, out: Path) -> None:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from equiv.records.verdict import Label, Verdict
     from equiv.report.html import render_report, write_report
     from equiv.run.execute import RunOutcome, open_runner, run_plan
-    from equiv.verdicts.summary import Summary
+    from equiv.verdicts.runs.summary import Summary
 
 try:
     __version__ = version("equiv")
@@ -53,7 +53,7 @@ _LAZY = {
     "RunConfig": "equiv.config",
     "RunOutcome": "equiv.run.execute",
     "SamplingConfig": "equiv.config",
-    "Summary": "equiv.verdicts.summary",
+    "Summary": "equiv.verdicts.runs.summary",
     "Verdict": "equiv.records.verdict",
     "load_factory": "equiv.engines.registry",
     "load_suites": "equiv.prompts",

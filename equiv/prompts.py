@@ -34,8 +34,8 @@ class Prompt:
     messages: tuple[tuple[str, str], ...] | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
     tags: tuple[str, ...] = field(default=())
-    # The grader spec as canonical JSON (prompts/README.md, "Graded prompts"), or None; kept as
-    # text so a prompt stays hashable. `equiv.verdicts.graders` parses it when grading, so a bad
+    # The grader spec as canonical JSON (prompts/README.md, "Graded prompts"), or None; kept as text
+    # so a prompt stays hashable. `equiv.verdicts.quality.graders` parses it when grading, so a bad
     # spec fails each sample with its reason instead of the whole run.
     grader: str | None = None
 

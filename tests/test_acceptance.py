@@ -14,8 +14,8 @@ from equiv.engines.acceptance_rules import (
     residual,
     total_variation,
 )
+from equiv.engines.chain import pit_position
 from equiv.errors import ConfigError
-from equiv.verdicts.chain import pit_position
 from equiv.verdicts.stats import pit_uniformity_test, randomized_pit
 
 

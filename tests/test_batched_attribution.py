@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from equiv.config import SamplingConfig
+from equiv.engines.chain import chain_distribution
 from equiv.records.verdict import Label
-from equiv.verdicts.analysis_record import BatchedEvidence
-from equiv.verdicts.chain import chain_distribution
-from equiv.verdicts.pit_tests import batched_vs_placebo
-from equiv.verdicts.prompt_analysis import analyze
-from equiv.verdicts.samples import Sample
-from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
-from equiv.verdicts.token_evidence import chain_pit, chain_sensitivity
+from equiv.verdicts.sampling.analysis_record import BatchedEvidence
+from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.token_evidence import chain_pit, chain_sensitivity
+from equiv.verdicts.sampling.verdict import classify_sampling, needs_batched_evidence
 
 COOL = SamplingConfig(temp=0.2, top_k=40, top_p=0.95, min_p=0.05)
 ALPHA = 0.01

@@ -9,8 +9,8 @@ from equiv.records import Generation, ResultsFile, TokenAlternatives
 from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.classify import classify_temp0
-from equiv.verdicts.compare import compare
+from equiv.verdicts.temp0.classify import classify_temp0
+from equiv.verdicts.temp0.compare import compare
 
 pytestmark = pytest.mark.model
 

@@ -18,8 +18,9 @@ import pytest
 from equiv.errors import EngineError
 from equiv.records import Generation, TokenAlternatives
 from equiv.records.verdict import Label
-from equiv.verdicts.analysis_record import PromptAnalysis
-from equiv.verdicts.classify import (
+from equiv.verdicts.sampling.analysis_record import PromptAnalysis
+from equiv.verdicts.sampling.verdict import classify_sampling
+from equiv.verdicts.temp0.classify import (
     CALIBRATION_POSITIONS,
     DRIFT_SAFETY,
     MIN_CALIBRATION,
@@ -27,8 +28,7 @@ from equiv.verdicts.classify import (
     drift_bound,
     gap_movements,
 )
-from equiv.verdicts.compare import compare
-from equiv.verdicts.sampling_verdict import classify_sampling
+from equiv.verdicts.temp0.compare import compare
 
 VOCAB = 64
 N = 40  # baseline tokens
@@ -236,7 +236,7 @@ def test_gap_movements_and_bound_by_hand():
 
 
 def test_the_top_candidates_are_those_a_stable_sort_of_the_whole_row_gives():
-    from equiv.verdicts.classify import _top
+    from equiv.verdicts.temp0.classify import _top
 
     rng = np.random.default_rng(1)
     for _ in range(300):

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from equiv.records import Generation, TokenAlternatives
-from equiv.verdicts.compare import Comparison, compare, drift
+from equiv.verdicts.temp0.compare import Comparison, compare, drift
 
 
 def _gen(path: str, tokens: list[int], rows: np.ndarray) -> Generation:

@@ -5,19 +5,19 @@ import pytest
 
 from equiv.config import SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
+from equiv.engines.chain import chain_probs, pit_position
 from equiv.records import Judgement
 from equiv.records.verdict import Label
-from equiv.verdicts.chain import chain_probs, pit_position
-from equiv.verdicts.prompt_analysis import analyze
-from equiv.verdicts.samples import Sample
-from equiv.verdicts.sampling_verdict import classify_sampling
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.token_evidence import chain_pit, judgement_evidence
+from equiv.verdicts.sampling.verdict import classify_sampling
 from equiv.verdicts.stats import (
     acceptance_rate_test,
     forced_decisions_test,
     pit_uniformity_test,
     randomized_pit,
 )
-from equiv.verdicts.token_evidence import chain_pit, judgement_evidence
 
 
 def test_chain_pit_matches_the_full_vocabulary_computation():

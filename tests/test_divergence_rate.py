@@ -1,5 +1,5 @@
 """Temp 0 at run level: the divergences' rate against the placebo's drift flips
-(`equiv.verdicts.divergence_rate`), its level and power by simulation, and the real engines: a
+(`equiv.verdicts.temp0.divergence_rate`), its level and power by simulation, and the real engines: a
 lossy relaxed acceptance that reports no rows is `sampler-bug` at run level, the correct pair
 is not."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from equiv.records import ArgmaxFlips, Label, ResultRecord
-from equiv.verdicts.divergence_rate import RATE_ALPHA, RATE_SAFETY, divergence_rate, rate_test
+from equiv.verdicts.temp0.divergence_rate import RATE_ALPHA, RATE_SAFETY, divergence_rate, rate_test
 
 FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
 
@@ -113,7 +113,7 @@ def code_prompts():
 
 def _run(config, factory, prompts, path):
     from equiv.run.runner import Runner, plan
-    from equiv.verdicts.summary import summarize
+    from equiv.verdicts.runs.summary import summarize
 
     with Runner(config, factory, path, controls=False) as runner:
         runner.run(plan(prompts, config))

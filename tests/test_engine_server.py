@@ -38,7 +38,7 @@ from equiv.prompts import Prompt
 from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.classify import fingerprint_differences
+from equiv.verdicts.temp0.classify import fingerprint_differences
 
 Reply = tuple[int, str, bytes]  # status, content type, body
 

@@ -29,7 +29,7 @@ from equiv.models.token_bytes import token_bytes
 from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.classify import fingerprint_differences
+from equiv.verdicts.temp0.classify import fingerprint_differences
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from equiv.verdicts.graders import (
+from equiv.verdicts.quality.graders import (
     ExactGrader,
     InvalidGrader,
     NumberGrader,

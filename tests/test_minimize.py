@@ -90,7 +90,7 @@ def test_minimize_a_real_divergence(
     assert len(minimal["text"]) <= len(original)
     # Re-run the minimal prompt on fresh engines of the same configuration: it still diverges.
     from equiv.prompts import load_suites
-    from equiv.verdicts.compare import compare
+    from equiv.verdicts.temp0.compare import compare
 
     baseline, speculative = engines
     (prompt,) = load_suites([str(suite)])

@@ -13,15 +13,15 @@ import pytest
 from scipy.stats import norm
 
 from equiv.config import SamplingConfig
-from equiv.verdicts.fidelity import Fidelity, rescore_fidelity
-from equiv.verdicts.placebo import (
+from equiv.verdicts.sampling.fidelity import Fidelity, rescore_fidelity
+from equiv.verdicts.sampling.placebo import (
     cluster_ratio,
     pit_vs_placebo,
     temperature_vs_placebo,
     top_token_vs_placebo,
 )
+from equiv.verdicts.sampling.token_evidence import _pit, _sensitivity
 from equiv.verdicts.stats import randomized_pit, top_token_test
-from equiv.verdicts.token_evidence import _pit, _sensitivity
 
 ALPHA = 0.01
 IDS = np.arange(8)

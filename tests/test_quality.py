@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from equiv.records import ResultRecord
-from equiv.verdicts.graders import Outcome
-from equiv.verdicts.pass_rates import (
+from equiv.verdicts.quality.graders import Outcome
+from equiv.verdicts.quality.paired import GradedSample, quality, samples_from_records
+from equiv.verdicts.quality.pass_rates import (
     QualityAnswer,
     exact_mcnemar,
     paired_difference,
@@ -18,7 +19,6 @@ from equiv.verdicts.pass_rates import (
     units_to_detect,
     wilson,
 )
-from equiv.verdicts.quality import GradedSample, quality, samples_from_records
 
 P, F, E = Outcome.PASS, Outcome.FAIL, Outcome.ERROR
 
@@ -262,7 +262,7 @@ def test_the_plugin_session_fails_on_a_significant_drop_only_when_asked() -> Non
 
 def test_diagnose_ends_with_the_quality_answer() -> None:
     from equiv.cli.diagnose.verdict import verdict_lines
-    from equiv.verdicts.summary import summarize
+    from equiv.verdicts.runs.summary import summarize
 
     graded = summarize(
         [
@@ -289,8 +289,8 @@ def test_diagnose_ends_with_the_quality_answer() -> None:
 def test_with_both_modes_graded_each_answers_at_half_the_level() -> None:
     """The run's "quality dropped" is either mode's drop: each mode tests at alpha / 2, so the
     run's false-alarm rate stays at alpha (Bonferroni)."""
-    from equiv.verdicts.pass_rates import QUALITY_ALPHA
-    from equiv.verdicts.summary import summarize
+    from equiv.verdicts.quality.pass_rates import QUALITY_ALPHA
+    from equiv.verdicts.runs.summary import summarize
 
     temp0 = [_record(f"code/p{i}", "pass", "pass", "equivalent") for i in range(4)]
     (alone,) = summarize(map(ResultRecord.from_dict, temp0)).quality

@@ -22,7 +22,7 @@ from equiv.report import render_report
 from equiv.report.analysis import MAX_EXAMPLES
 from equiv.report.json import script_json
 from equiv.report.text import plain, visible
-from equiv.verdicts.summary import summarize_file
+from equiv.verdicts.runs.summary import summarize_file
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEMP0 = FIXTURES / "temp0_results.jsonl"

@@ -165,7 +165,7 @@ def test_browser_top_k_shows_the_text_of_a_token_no_path_emitted(tmp_path: Path)
 def test_browser_compare_page_loads_cleanly(tmp_path: Path) -> None:
     from equiv.records import ResultsFile
     from equiv.report.compare_view import write_compare_report
-    from equiv.verdicts.run_compare import Gate, RunRecords, compare_runs
+    from equiv.verdicts.runs.compare import Gate, RunRecords, compare_runs
 
     run = RunRecords.from_file(ResultsFile(TEMP0), name="<i>kept</i>")
     page = write_compare_report(compare_runs(run, run), tmp_path / "c.html", gate=Gate.WORSE)

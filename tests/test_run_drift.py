@@ -7,9 +7,9 @@ import pytest
 
 from equiv.records import Drift
 from equiv.report.summary_json import summary_json, summary_of
-from equiv.verdicts.compare import drift
-from equiv.verdicts.drift import drift_metrics
-from equiv.verdicts.run_drift import run_drift
+from equiv.verdicts.runs.drift import run_drift
+from equiv.verdicts.temp0.compare import drift
+from equiv.verdicts.temp0.drift import drift_metrics
 
 
 def _rows(rng, n, vocab=64, noise=0.3):

@@ -1,4 +1,4 @@
-"""Tests for equiv.verdicts.chain: llama.cpp's sampler chain as exact probabilities."""
+"""Tests for equiv.engines.chain: llama.cpp's sampler chain as exact probabilities."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from equiv.engines.chain import apply_penalties, chain_probs, pit_position, validate_sampling
 from equiv.errors import ConfigError
-from equiv.verdicts.chain import apply_penalties, chain_probs, pit_position, validate_sampling
 
 # p = [0.5, 0.3, 0.15, 0.05]: every cut below is far from float rounding.
 ROW = np.log(np.array([0.5, 0.3, 0.15, 0.05]))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from equiv.verdicts.sandbox import RESULT_FILE, Limits, network_isolation, run_python
+from equiv.verdicts.quality.sandbox import RESULT_FILE, Limits, network_isolation, run_python
 
 
 def test_runs_in_an_empty_directory_with_a_bare_environment() -> None:

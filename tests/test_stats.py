@@ -8,10 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from equiv.engines.chain import pit_position
 from equiv.errors import ConfigError
 from equiv.records import Drift
-from equiv.verdicts.chain import pit_position
-from equiv.verdicts.drift import drift_metrics
 from equiv.verdicts.stats import (
     TestResult,
     acceptance_rate_test,
@@ -27,6 +26,7 @@ from equiv.verdicts.stats import (
     randomized_pit,
     top_token_test,
 )
+from equiv.verdicts.temp0.drift import drift_metrics
 
 
 def pit_values(n: int, greedy_share: float, seed: int) -> np.ndarray:
@@ -331,7 +331,7 @@ def test_drift_over_the_entries_that_carry_mass_equals_the_full_sum() -> None:
     """The windowed KL (entries within 60 nats of a maximum) against the exact full-row sum, on
     rows as peaked and as flat as real ones, and rows with forbidden (-inf) tokens; equal to
     4 significant digits or to the float32 resolution of the row's KL, whichever is larger."""
-    from equiv.verdicts.drift import _row_kl
+    from equiv.verdicts.temp0.drift import _row_kl
 
     rng = np.random.default_rng(7)
     for scale in (0.5, 3.0, 12.0):

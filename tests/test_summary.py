@@ -4,7 +4,7 @@ import dataclasses
 from pathlib import Path
 
 from equiv.records import DraftStep, ResultsFile
-from equiv.verdicts.summary import summarize
+from equiv.verdicts.runs.summary import summarize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
 

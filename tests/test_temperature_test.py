@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from equiv.config import SamplingConfig
-from equiv.verdicts.chain import chain_distribution
-from equiv.verdicts.prompt_analysis import analyze
-from equiv.verdicts.samples import Sample
+from equiv.engines.chain import chain_distribution
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.token_evidence import chain_pit, chain_sensitivity
 from equiv.verdicts.stats import randomized_pit, temperature_test
-from equiv.verdicts.token_evidence import chain_pit, chain_sensitivity
 
 ALPHA = 0.01
 WARM = SamplingConfig(temp=0.8, top_k=40, top_p=0.95, min_p=0.05)

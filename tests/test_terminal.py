@@ -6,7 +6,7 @@ from rich.console import Console
 from equiv.records import ResultRecord, ResultsFile
 from equiv.records.verdict import Label
 from equiv.report.terminal import print_summary
-from equiv.verdicts.summary import summarize, summarize_file
+from equiv.verdicts.runs.summary import summarize, summarize_file
 
 FIXTURE = "tests/fixtures/temp0_results.jsonl"
 

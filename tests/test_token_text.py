@@ -5,8 +5,8 @@ import numpy as np
 
 from equiv.records import Generation, ResultRecord, TokenAlternatives
 from equiv.report.prompt_view import prompt_view, token_texts
-from equiv.verdicts.classify import classify_temp0
-from equiv.verdicts.compare import compare, token_namer
+from equiv.verdicts.temp0.classify import classify_temp0
+from equiv.verdicts.temp0.compare import compare, token_namer
 
 VOCAB = {0: "<s>", 1: " if", 2: "\n", 3: "'quote'", 4: "<script>", 5: " else", 6: "x", 7: "y"}
 

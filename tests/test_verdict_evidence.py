@@ -3,8 +3,8 @@
 import math
 
 from equiv.records.comparison import Drift
-from equiv.verdicts.analysis_record import PooledDrift, ScoredTest
-from equiv.verdicts.classify import drift_bound
+from equiv.verdicts.sampling.analysis_record import PooledDrift, ScoredTest
+from equiv.verdicts.temp0.classify import drift_bound
 from equiv.verdicts.verdict_evidence import (
     BatchedFigures,
     PowerEvidence,

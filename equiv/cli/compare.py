@@ -1,5 +1,5 @@
 """``equiv compare RUN_A RUN_B``: what changed between two runs of the same plan. Thin: read both
-results files, `equiv.verdicts.run_compare.compare_runs`, print, exit 1 when the gate trips."""
+results files, `equiv.verdicts.runs.compare.compare_runs`, print, exit 1 when the gate trips."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from equiv.errors import ConfigError
 
 if TYPE_CHECKING:
-    from equiv.verdicts.run_compare import RunComparison
+    from equiv.verdicts.runs.compare import RunComparison
 
 __all__ = ["cmd_compare", "load_comparison", "results_path"]
 
@@ -34,7 +34,7 @@ def load_comparison(run_a: str, run_b: str) -> RunComparison:
     """The comparison of two runs named by their results files or folders; an error naming the
     run when one holds no results or the two share no prompt."""
     from equiv.records import ResultsFile
-    from equiv.verdicts.run_compare import RunRecords, compare_runs
+    from equiv.verdicts.runs.compare import RunRecords, compare_runs
 
     path_a, path_b = results_path(run_a), results_path(run_b)
     records_a = RunRecords.from_file(ResultsFile(path_a), name=str(path_a))
@@ -58,7 +58,7 @@ def cmd_compare(args: Any) -> int:
     from rich.text import Text
 
     from equiv.report.summary_json import strict_json
-    from equiv.verdicts.run_compare import Gate
+    from equiv.verdicts.runs.compare import Gate
 
     comparison = load_comparison(args.run_a, args.run_b)
     gate = Gate(args.fail_on)

@@ -190,7 +190,7 @@ def minimize_file(
     from equiv.config import Mode, RunConfig
     from equiv.prompts import Prompt
     from equiv.run.execute import open_runner
-    from equiv.verdicts.compare import compare
+    from equiv.verdicts.temp0.compare import compare
 
     if max_tests < 1:
         raise ConfigError(f"--max-tests {max_tests}: give a count >= 1 (e.g. 60)")

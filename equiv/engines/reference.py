@@ -31,6 +31,7 @@ import numpy.typing as npt
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.base import Capabilities, EngineFactory
+from equiv.engines.chain import chain_probs
 from equiv.engines.draft import last_row
 from equiv.engines.llama_load import load_llama, reset
 from equiv.engines.llamacpp import LlamaCppEngine
@@ -38,7 +39,6 @@ from equiv.engines.replay import Checkpoint
 from equiv.errors import ConfigError
 from equiv.json_types import JSONDict
 from equiv.records import DraftStep, Generation, Judgement
-from equiv.verdicts.chain import chain_probs
 
 __all__ = ["RULE_FACTORIES", "ReferenceEngine", "factory_for", "make_engine"]
 

@@ -36,11 +36,11 @@ from equiv.records import (
 from equiv.records.verdict import Label, Verdict
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
+from equiv.verdicts.quality.paired import DEFAULT_MARGIN_POINTS
 
 if TYPE_CHECKING:
     from equiv.options.table import OptionValues
-    from equiv.verdicts.summary import Summary
+    from equiv.verdicts.runs.summary import Summary
 
 __all__ = [
     "Check",
@@ -357,7 +357,7 @@ def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
 
 def _summaries(checks: Sequence[Check]) -> dict[str, Summary]:
     """Each mode's run summary, from its checks' records (the quality margin from the header)."""
-    from equiv.verdicts.summary import summarize
+    from equiv.verdicts.runs.summary import summarize
 
     out = {}
     for mode in sorted({c.mode for c in checks}):

@@ -1,5 +1,5 @@
-"""The comparison of a baseline and a speculative generation, as recorded: the first divergence,
-the edit opcodes and the logit drift. Computed by `equiv.verdicts.compare`; held here so that a
+"""The comparison of a baseline and a speculative generation, as recorded: the first divergence, the
+edit opcodes and the logit drift. Computed by `equiv.verdicts.temp0.compare`; held here so that a
 result record is typed without importing the verdicts.
 
 `Drift` is the one type for "how far two sets of logits rows are apart", wherever it is measured:
@@ -94,7 +94,7 @@ class ArgmaxFlips:
     """The temp-0 placebo of one result: the baseline's own tokens evaluated by the target in one
     batch (as verification evaluates), and the positions where the batched row's argmax is not
     the token single-token decoding chose. Drift alone would make a correct speculative path
-    diverge at such positions; `equiv.verdicts.divergence_rate` pools them over the run.
+    diverge at such positions; `equiv.verdicts.temp0.divergence_rate` pools them over the run.
     """
 
     positions: int

@@ -1,7 +1,7 @@
 """The labels equiv gives and the verdict that carries one with its evidence.
 
 Every result record (one prompt x mode) gets exactly one `Verdict` under the key ``verdict``;
-the classifier (``equiv/verdicts/classify.py``) decides it. Readers (report, plugin, CLI) use
+the classifier (``equiv/verdicts/temp0/classify.py``) decides it. Readers (report, plugin, CLI) use
 only this. Defined beside the records that hold them (a result's verdict is part of the record),
 so that `equiv.records` needs nothing above it: the one home of `Label` and `Verdict`.
 """
@@ -32,7 +32,7 @@ class Label(str, enum.Enum):
 #: Two orders of the labels, for two questions, kept here side by side.
 #:
 #: `RUN_PRECEDENCE`: which label names a whole run whose prompts got several
-#: (`equiv.verdicts.classify.run_verdict`): the first one present. A misconfiguration first,
+#: (`equiv.verdicts.temp0.classify.run_verdict`): the first one present. A misconfiguration first,
 #: since it makes every other comparison of the run meaningless; then a sampler bug, the finding
 #: a user must act on; then numeric drift, a finding that explains the differences; then
 #: inconclusive (some prompts could not be judged, none showed anything); equivalent last.

@@ -11,7 +11,7 @@ from markupsafe import Markup
 
 from equiv import __version__
 from equiv.report.html import _asset, _environment, _sha256
-from equiv.verdicts.run_compare import Gate, RunComparison
+from equiv.verdicts.runs.compare import Gate, RunComparison
 
 __all__ = ["render_compare_report", "write_compare_report"]
 

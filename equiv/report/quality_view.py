@@ -1,5 +1,6 @@
 """The report's quality section: pass rates of both paths, the flips, and the paired tests, as
-`equiv.verdicts.quality` computed them from the grades in the results file. Computes nothing new.
+`equiv.verdicts.quality.paired` computed them from the grades in the results file. Computes
+nothing new.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from markupsafe import Markup
 from equiv.json_types import json_object
 from equiv.records import ResultRecord
 from equiv.report.svg import grouped_chart
-from equiv.verdicts.graders import Grade
-from equiv.verdicts.pass_rates import Rate
-from equiv.verdicts.quality import Quality, SuiteQuality
+from equiv.verdicts.quality.graders import Grade
+from equiv.verdicts.quality.paired import Quality, SuiteQuality
+from equiv.verdicts.quality.pass_rates import Rate
 
 __all__ = ["FlipRow", "QualitySection", "QualityView", "quality_view"]
 

@@ -1,5 +1,5 @@
 """The whole run as the report shows it, from the results file alone: the conclusion and label
-counts, per-suite figures (`equiv.verdicts.summary.summarize`), controls, configuration, every
+counts, per-suite figures (`equiv.verdicts.runs.summary.summarize`), controls, configuration, every
 prompt and analysis, and the overview charts. Computes nothing new.
 """
 
@@ -24,8 +24,8 @@ from equiv.report.prompt_view import LABELS, PromptView, prompt_view, token_text
 from equiv.report.quality_view import QualityView, quality_view
 from equiv.report.redact import NOTE, make_redactor
 from equiv.report.svg import Bar, Strip, bar_chart, strip_chart
-from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS
-from equiv.verdicts.summary import SuiteSummary, summarize
+from equiv.verdicts.quality.paired import DEFAULT_MARGIN_POINTS
+from equiv.verdicts.runs.summary import SuiteSummary, summarize
 
 __all__ = ["RunView", "SuiteRow", "load_run"]
 

@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from equiv.records.verdict import Label
-from equiv.verdicts.summary import SuiteSummary, Summary
+from equiv.verdicts.runs.summary import SuiteSummary, Summary
 
 __all__ = ["print_prompts", "print_summary", "print_sweep", "summary_table"]
 

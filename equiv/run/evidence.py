@@ -31,18 +31,18 @@ from equiv.engines.base import Engine, RescoreCost, batch_rescorer, rescore_cost
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONObject
 from equiv.records import ArgmaxFlips, Drift, Generation
-from equiv.verdicts.analysis_record import BatchedEvidence
-from equiv.verdicts.drift import drift_metrics
-from equiv.verdicts.fidelity import Fidelity, rescore_fidelity
-from equiv.verdicts.pit_tests import batched_vs_placebo
-from equiv.verdicts.samples import Sample
-from equiv.verdicts.token_evidence import (
+from equiv.verdicts.sampling.analysis_record import BatchedEvidence
+from equiv.verdicts.sampling.fidelity import Fidelity, rescore_fidelity
+from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.token_evidence import (
     PathEvidence,
     chain_evidence,
     evidence_json,
     judgement_evidence,
     top_k_rows,
 )
+from equiv.verdicts.temp0.drift import drift_metrics
 
 __all__ = ["BatchOnce", "Evidence", "SampleEvidence"]
 
@@ -106,7 +106,7 @@ class Evidence:
         self, prompt: Sequence[int], tokens: Sequence[int], batched: bool
     ) -> npt.NDArray[np.float32]:
         """The target's rows for ``tokens``: single-token on the baseline path, batched on
-        `batcher` (an `equiv.verdicts.classify.Rescorer`)."""
+        `batcher` (an `equiv.verdicts.temp0.classify.Rescorer`)."""
         engine = rescorer(self.batcher if batched else self.baseline)
         if engine is None:
             raise ConfigError("re-scoring asked of an engine that does not offer it")

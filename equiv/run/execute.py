@@ -18,7 +18,7 @@ from equiv.json_types import JSONDict
 from equiv.prompts import Prompt
 from equiv.run.plan import plan
 from equiv.run.runner import ProgressFn, Runner
-from equiv.verdicts.summary import Summary, summarize_file
+from equiv.verdicts.runs.summary import Summary, summarize_file
 
 if TYPE_CHECKING:
     from equiv.models.pair import ModelPair

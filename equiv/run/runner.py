@@ -37,14 +37,14 @@ from equiv.run.inflight import completed
 from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
 from equiv.run.resume import ResumePlan, plan_resume
-from equiv.verdicts.classify import classify_temp0, fingerprint_differences
-from equiv.verdicts.compare import compare
-from equiv.verdicts.graders import grade_pair
-from equiv.verdicts.prompt_analysis import analyze
-from equiv.verdicts.samples import Sample
-from equiv.verdicts.sampling_verdict import classify_sampling, needs_batched_evidence
+from equiv.verdicts.quality.graders import grade_pair
+from equiv.verdicts.runs.summary import summarize
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.verdict import classify_sampling, needs_batched_evidence
 from equiv.verdicts.stats.sequential import STOPPING_LABELS, Look, Stopping, schedule, stops
-from equiv.verdicts.summary import summarize
+from equiv.verdicts.temp0.classify import classify_temp0, fingerprint_differences
+from equiv.verdicts.temp0.compare import compare
 
 __all__ = [
     "SELF_DRAFT_MIN_ACCEPTANCE",

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from equiv.json_types import JSONDict
 
 if TYPE_CHECKING:  # classify imports this module
-    from equiv.verdicts.analysis_record import PooledDrift, ScoredTest
-    from equiv.verdicts.classify import DriftBound
-    from equiv.verdicts.divergence_rate import DivergenceRate
-    from equiv.verdicts.fidelity import Fidelity
+    from equiv.verdicts.sampling.analysis_record import PooledDrift, ScoredTest
+    from equiv.verdicts.sampling.fidelity import Fidelity
+    from equiv.verdicts.temp0.classify import DriftBound
+    from equiv.verdicts.temp0.divergence_rate import DivergenceRate
 
 __all__ = [
     "BatchedFigures",
@@ -127,7 +127,7 @@ class BatchedFigures:
 
 @dataclass(frozen=True)
 class PowerEvidence:
-    """The power behind ``equivalent`` (`sampling_verdict._power`): the comparison with the
+    """The power behind ``equivalent`` (`sampling.verdict._power`): the comparison with the
     placebo at Holm's first step ``alpha``, the temperature test's own power where that test
     ran, and, where the power falls short, the effective tokens and about how many would do."""
 
@@ -148,7 +148,7 @@ class PowerEvidence:
 
 @dataclass(frozen=True)
 class SamplingEvidence:
-    """The evidence of a temp > 0 verdict (`sampling_verdict.classify_sampling`): the tests that
+    """The evidence of a temp > 0 verdict (`sampling.verdict.classify_sampling`): the tests that
     rejected, the placebo's and the instrument's state, then, where reached, the batched
     follow-up (``followed_up``; ``batched`` None where it could not be answered) or the power."""
 
@@ -183,8 +183,8 @@ class SamplingEvidence:
 
 @dataclass(frozen=True)
 class RunEvidence:
-    """The evidence of the run's verdict (`classify.run_verdict`): the per-prompt labels counted,
-    the setup differences, and at temp 0 the divergence rate against the placebo's."""
+    """The evidence of the run's verdict (`temp0.classify.run_verdict`): the per-prompt labels
+    counted, the setup differences, and at temp 0 the divergence rate against the placebo's."""
 
     counts: Mapping[str, int]
     differences: tuple[str, ...] = ()

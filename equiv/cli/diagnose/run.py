@@ -13,7 +13,7 @@ from equiv.cli.diagnose.verdict import verdict_lines
 from equiv.options.table import given
 
 if TYPE_CHECKING:
-    from equiv.verdicts.summary import Summary
+    from equiv.verdicts.runs.summary import Summary
 
 __all__ = ["DEFAULT_PROMPTS", "execute"]
 

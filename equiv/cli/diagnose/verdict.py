@@ -11,7 +11,7 @@ from equiv.json_types import json_float
 
 if TYPE_CHECKING:
     from equiv.records.kinds import AnalysisRecord
-    from equiv.verdicts.summary import Summary
+    from equiv.verdicts.runs.summary import Summary
 
 __all__ = ["seeds_needed", "verdict_lines"]
 

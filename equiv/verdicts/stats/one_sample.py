@@ -32,7 +32,7 @@ def randomized_pit(
 ) -> FloatArray:
     """Randomised probability integral transform of discrete draws: ``u = F(x-) + V * P(x)``.
 
-    ``mass_before`` and ``p_token`` come from `equiv.verdicts.chain.pit_position`; ``V ~ U(0, 1)``
+    ``mass_before`` and ``p_token`` come from `equiv.engines.chain.pit_position`; ``V ~ U(0, 1)``
     independent. Under H0 "each token is a draw from its stated distribution" every ``u`` is
     exactly U(0, 1) and independent of the others (Brockwell 2007, *Stat. Probab. Lett.* 77;
     Czado, Gneiting & Held 2009, *Biometrics* 65). With tokens ranked by probability descending,
@@ -136,7 +136,7 @@ def temperature_test(
     H0; λ > 1 a colder sampler: greedy-ish acceptance, a temperature applied too low; λ < 1 a
     hotter one). The statistic weighs the normal scores ``Z = Φ⁻¹(u)`` of the randomized PITs
     ``u`` (`randomized_pit`, tokens ranked by probability descending) by each position's
-    sensitivity ``k = d/dλ E_λ[Z]`` (`equiv.verdicts.token_evidence.chain_sensitivity`)::
+    sensitivity ``k = d/dλ E_λ[Z]`` (`equiv.verdicts.sampling.token_evidence.chain_sensitivity`)::
 
         T = Σ k Z / sqrt(Σ k²)        (k <= 0, so T > 0: colder)
 

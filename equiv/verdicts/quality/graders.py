@@ -2,8 +2,8 @@
 
 A prompt may carry a ``grader``: an expected answer (``exact``, ``regex``, ``number`` with a
 tolerance) or, for code, Python unit tests run against the completed program in a sandbox
-(`equiv.verdicts.sandbox`). Each answer gets a `Grade`: ``pass``, ``fail`` (with the reason the
-answer is wrong), or ``error`` when the grader itself cannot judge (it does not parse, its tests
+(`equiv.verdicts.quality.sandbox`). Each answer gets a `Grade`: ``pass``, ``fail`` (with the reason
+the answer is wrong), or ``error`` when the grader itself cannot judge (it does not parse, its tests
 import a module that is missing): errors are left out of the statistics, never counted against
 either path. Nothing here raises for a bad grader or a bad answer; the run goes on.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from equiv.json_types import JSONObject, json_float
-from equiv.verdicts.sandbox import RESULT_FILE, Limits, run_python
+from equiv.verdicts.quality.sandbox import RESULT_FILE, Limits, run_python
 
 __all__ = [
     "ExactGrader",

@@ -1,10 +1,10 @@
 """Does the difference matter? Paired quality statistics of graded prompts, as pure functions.
 
 Input: one `GradedSample` per graded prompt x seed, with both paths' grades (see
-`equiv.verdicts.graders`). Samples where either grade is ``error`` (the grader could not judge)
-are counted and left out. Per suite and over all: both paths' pass rates, the flips (temp 0),
+`equiv.verdicts.quality.graders`). Samples where either grade is ``error`` (the grader could not
+judge) are counted and left out. Per suite and over all: both paths' pass rates, the flips (temp 0),
 each prompt's rates (temp > 0), and the paired difference with its equivalence test; those
-statistics (intervals, tests, power) are in `equiv.verdicts.pass_rates`.
+statistics (intervals, tests, power) are in `equiv.verdicts.quality.pass_rates`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from equiv.json_types import JSONDict, json_object
 from equiv.records import ResultRecord
-from equiv.verdicts.graders import Grade, Outcome
-from equiv.verdicts.pass_rates import (
+from equiv.verdicts.quality.graders import Grade, Outcome
+from equiv.verdicts.quality.pass_rates import (
     QUALITY_ALPHA,
     Difference,
     QualityAnswer,

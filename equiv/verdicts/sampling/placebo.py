@@ -147,10 +147,10 @@ def temperature_vs_placebo(
     """Is the speculative path colder or hotter than the placebo, under the same rows?
 
     Each path gives ``(u, k, samples)`` per token (randomized PIT, sensitivity of
-    `equiv.verdicts.token_evidence.chain_sensitivity`); its ``λ - 1 = Σ k Z / Σ k²`` (``Z``
+    `equiv.verdicts.sampling.token_evidence.chain_sensitivity`); its ``λ - 1 = Σ k Z / Σ k²`` (``Z``
     the PIT's normal scores), with the samples as clusters. Positive statistic: the speculative
-    samples are colder than the placebo's. ``power`` is against a speculative temperature off
-    by ``rel_error``. Below ``Σ k² = 1`` on a path there is no test.
+    samples are colder than the placebo's. ``power`` is against a speculative temperature off by
+    ``rel_error``. Below ``Σ k² = 1`` on a path there is no test.
     """
     check_alpha(alpha)
     name = "temperature_vs_placebo"

@@ -18,7 +18,7 @@ from rapidfuzz.distance import Indel, Levenshtein
 
 from equiv.records import Comparison, Divergence, Drift, Generation
 from equiv.records.comparison import token_namer
-from equiv.verdicts.drift import drift_metrics
+from equiv.verdicts.temp0.drift import drift_metrics
 
 __all__ = ["Comparison", "Divergence", "Drift", "compare", "drift", "token_namer"]
 

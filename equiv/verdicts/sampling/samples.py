@@ -7,9 +7,9 @@ PIT entries under one instrument or another (``chain_pit``, ``target_pit``, ``ba
 sensitivities beside them (``chain_sensitivity``, ...), a rejection sampler's judgements
 (``acceptance``: ``[a, accepted, q(x)]`` per judged draft token), a failed re-scoring
 (``rescore_error``). `Sample.from_dict` reads them from the record as the file holds it (a JSON
-boundary: what it does not know it leaves); the tests of `equiv.verdicts.pit_tests` and
-`equiv.verdicts.prompt_analysis` read the typed sample. A key that is present with no entries
-(an empty sample re-scored) is kept apart from one that is absent (not re-scored).
+boundary: what it does not know it leaves); the tests of `equiv.verdicts.sampling.pit_tests` and
+`equiv.verdicts.sampling.prompt_analysis` read the typed sample. A key that is present with no
+entries (an empty sample re-scored) is kept apart from one that is absent (not re-scored).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from equiv.json_types import JSONObject, JSONValue, json_float, json_int, json_list, json_object
 from equiv.records import Drift, ResultRecord
-from equiv.verdicts.fidelity import Fidelity
+from equiv.verdicts.sampling.fidelity import Fidelity
 
 __all__ = ["PATHS", "PathSample", "PitEntry", "Sample"]
 

@@ -23,11 +23,16 @@ from equiv.records import (
     speedup,
 )
 from equiv.records.verdict import Label
-from equiv.verdicts.classify import run_verdict
-from equiv.verdicts.divergence_rate import DivergenceRate, divergence_rate
-from equiv.verdicts.pass_rates import QUALITY_ALPHA, wilson
-from equiv.verdicts.quality import DEFAULT_MARGIN_POINTS, Quality, quality, samples_from_records
-from equiv.verdicts.run_drift import RunDrift, run_drift
+from equiv.verdicts.quality.paired import (
+    DEFAULT_MARGIN_POINTS,
+    Quality,
+    quality,
+    samples_from_records,
+)
+from equiv.verdicts.quality.pass_rates import QUALITY_ALPHA, wilson
+from equiv.verdicts.runs.drift import RunDrift, run_drift
+from equiv.verdicts.temp0.classify import run_verdict
+from equiv.verdicts.temp0.divergence_rate import DivergenceRate, divergence_rate
 
 __all__ = [
     "SUMMARY_SCHEMA",
@@ -154,7 +159,7 @@ class Summary:
     events: list[EventRecord] = field(default_factory=list)
 
     differences: list[str] = field(default_factory=list)
-    # Graded prompts: one answer per mode present (temp 0 first), see equiv.verdicts.quality.
+    # Graded prompts: one answer per mode present (temp 0 first), see equiv.verdicts.quality.paired.
     quality: tuple[Quality, ...] = ()
     # Every row both paths computed on the same context, pooled (llama-perplexity's figures).
     drift: RunDrift | None = None

@@ -21,8 +21,8 @@ from equiv.config import Mode
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import AnalysisRecord, EventRecord, HeaderRecord, ResultRecord, ResultsFile
 from equiv.records.verdict import SEVERITY as LABEL_SEVERITY
-from equiv.verdicts.run_drift import run_drift
-from equiv.verdicts.summary import SuiteSummary, summarize
+from equiv.verdicts.runs.drift import run_drift
+from equiv.verdicts.runs.summary import SuiteSummary, summarize
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",

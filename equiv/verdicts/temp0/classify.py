@@ -27,7 +27,7 @@ large vocabulary and says nothing about the two tokens in question):
 - ``inconclusive`` when neither rows nor re-scoring are available, re-scoring failed, b lies
   outside a server's recorded top-K by less than the bound, or fewer than 4 positions calibrate.
 
-Temperature > 0: `equiv.verdicts.sampling_verdict`, from comparisons with the placebo.
+Temperature > 0: `equiv.verdicts.sampling.verdict`, from comparisons with the placebo.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from equiv.json_types import JSONDict, JSONObject
 from equiv.records import Comparison, Generation
 from equiv.records.generation import top_k
 from equiv.records.verdict import RUN_PRECEDENCE, Label, Verdict
-from equiv.verdicts.divergence_rate import DivergenceRate
+from equiv.verdicts.temp0.divergence_rate import DivergenceRate
 from equiv.verdicts.verdict_evidence import RescoredGaps, RunEvidence, Temp0Evidence
 
 __all__ = [
@@ -427,8 +427,8 @@ def run_verdict(
     labels: Sequence[str], differences: Sequence[str] = (), rate: DivergenceRate | None = None
 ) -> Verdict:
     """One label for the whole run, from the per-prompt labels and, at temp 0, the rate of
-    divergences against the placebo's (`equiv.verdicts.divergence_rate`): more divergences than
-    drift can make is a sampler bug even where each one alone is a near-tie."""
+    divergences against the placebo's (`equiv.verdicts.temp0.divergence_rate`): more divergences
+    than drift can make is a sampler bug even where each one alone is a near-tie."""
     counts = Counter(labels)
     ev = RunEvidence(dict(counts), tuple(differences), rate).to_dict()
     if rate is not None and rate.excess and not counts.get(Label.MISCONFIGURATION.value):

@@ -3,7 +3,7 @@ re-scored rows): what a result record holds beside its generation at temperature
 
 - `chain_pit`: per emitted token, under the configured sampler chain, the probability mass ranked
   before it, its probability, and the top token's probability: enough for the randomized PIT of
-  the one-sample *sampler consistency* test (`equiv.verdicts.pit_tests`);
+  the one-sample *sampler consistency* test (`equiv.verdicts.sampling.pit_tests`);
 - `chain_sensitivity`: each position's sensitivity to the temperature, for the temperature test;
 - `judgement_evidence`: each stage of a rejection sampler, for engines that report judgements;
 - `top_k_rows`: rows rebuilt from a server's top-K log-probabilities where they hold the chain's
@@ -22,9 +22,9 @@ import numpy.typing as npt
 from scipy.special import ndtri
 
 from equiv.config import SamplingConfig
+from equiv.engines.chain import chain_distribution, pit_position
 from equiv.json_types import JSONDict
 from equiv.records import Judgement
-from equiv.verdicts.chain import chain_distribution, pit_position
 
 __all__ = [
     "PathEvidence",
@@ -111,7 +111,7 @@ def chain_sensitivity(
     normal score of the position's randomized PIT and ``p_λ(x) ∝ p(x)**λ`` tempers the chain's
     distribution ``p`` (λ > 1 colder). ``k = Σ_x p(x) (log p(x) - E_p[log p]) E[Z | x]``, with
     ``E[Z | x] = (φ(Φ⁻¹(a)) - φ(Φ⁻¹(b))) / p(x)`` over the token's PIT interval ``[a, b]`` (tokens
-    ranked as in `equiv.verdicts.chain.pit_position`). It depends on the row, not on the token
+    ranked as in `equiv.engines.chain.pit_position`). It depends on the row, not on the token
     drawn, so it can weigh the position. 0 where the chain leaves one token, or where the token
     is outside the chain's support (the PIT counts that)."""
     return chain_evidence(rows, tokens, sampling)[1]

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from equiv.records.verdict import Label, Verdict
-from equiv.verdicts.analysis_record import (
+from equiv.verdicts.sampling.analysis_record import (
     BatchedEvidence,
     Placebo,
     PromptAnalysis,
@@ -47,8 +47,8 @@ from equiv.verdicts.analysis_record import (
     find,
     rejected,
 )
-from equiv.verdicts.classify import misconfiguration
 from equiv.verdicts.stats import chi2_power, min_detectable_w
+from equiv.verdicts.temp0.classify import misconfiguration
 from equiv.verdicts.verdict_evidence import BatchedFigures, PowerEvidence, SamplingEvidence
 
 __all__ = [

@@ -1,5 +1,5 @@
 """The analysis of one sampled prompt as typed records: what `prompt_analysis.analyze` finds and
-`sampling_verdict.classify_sampling` reads.
+`verdict.classify_sampling` reads.
 
 - `ScoredTest`: one test's outcome with its Holm-adjusted p-value (a line of ``tests``);
 - `Placebo`: the baseline's own samples through the speculative samples' pipeline;
@@ -28,7 +28,7 @@ from equiv.json_types import (
     json_object,
 )
 from equiv.records import Drift
-from equiv.verdicts.fidelity import Fidelity
+from equiv.verdicts.sampling.fidelity import Fidelity
 from equiv.verdicts.stats import TestResult
 
 __all__ = [

@@ -1,10 +1,10 @@
 """Temperature > 0: the analysis of one sampled prompt over all its seeds (`analyze`).
 
-Per emitted token each record carries its evidence (`equiv.verdicts.token_evidence`);
+Per emitted token each record carries its evidence (`equiv.verdicts.sampling.token_evidence`);
 `analyze` pools all seeds of one prompt (`Sample`s) and runs:
 
 - the speculative samples against the placebo, the baseline's samples scored by the same
-  instrument (`equiv.verdicts.placebo`): the tests that may decide ``sampler-bug``;
+  instrument (`equiv.verdicts.sampling.placebo`): the tests that may decide ``sampler-bug``;
 - sampler consistency, per path, against the instrument's rows alone (``stats.pit_uniformity_
   test``, ``stats.top_token_test``, ``stats.temperature_test``): recorded, never decisive, since
   re-scored rows are not exactly the rows a server sampled from;
@@ -17,8 +17,8 @@ Per emitted token each record carries its evidence (`equiv.verdicts.token_eviden
 - drift: KL and |Δlogit| between the rows the speculative sampler used and the target's own
   single-token re-scoring of the same tokens (recorded by the runner for every seed).
 
-The PIT tests themselves are in `equiv.verdicts.pit_tests`. Pure functions of records; no model
-is called here.
+The PIT tests themselves are in `equiv.verdicts.sampling.pit_tests`. Pure functions of records; no
+model is called here.
 """
 
 from __future__ import annotations
@@ -31,15 +31,15 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.records import Drift
-from equiv.verdicts.analysis_record import (
+from equiv.verdicts.sampling.analysis_record import (
     Charts,
     Placebo,
     PooledDrift,
     PromptAnalysis,
     ScoredTest,
 )
-from equiv.verdicts.fidelity import Fidelity
-from equiv.verdicts.pit_tests import (
+from equiv.verdicts.sampling.fidelity import Fidelity
+from equiv.verdicts.sampling.pit_tests import (
     PIT_BINS,
     adjusted,
     consistency,
@@ -50,7 +50,7 @@ from equiv.verdicts.pit_tests import (
     stage_tests,
     vs_placebo,
 )
-from equiv.verdicts.samples import Sample
+from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, chi2_two_sample, ks_two_sample, mann_whitney
 
 __all__ = ["analyze"]
@@ -111,10 +111,11 @@ def analyze(
     one instrument (`pipeline`): in process the rows each path reported; over HTTP the target's
     single-token rows re-scored on the baseline server, for the baseline's samples (the
     *placebo*) exactly as for the speculative ones. The decision family (``tests``): the
-    speculative samples against the placebo (`equiv.verdicts.pit_tests.vs_placebo`), the rejection
-    sampler's stages where the engine reports them, and the two-sample tests of the outputs.
-    Beside it, each path's one-sample tests against the instrument's rows (``placebo.tests``
-    for the baseline, ``consistency`` for the speculative path), each Holm-adjusted among its own.
+    speculative samples against the placebo (`equiv.verdicts.sampling.pit_tests.vs_placebo`), the
+    rejection sampler's stages where the engine reports them, and the two-sample tests of the
+    outputs. Beside it, each path's one-sample tests against the instrument's rows
+    (``placebo.tests`` for the baseline, ``consistency`` for the speculative path), each
+    Holm-adjusted among its own.
     """
     seed = pit_seed(records)
     keys = pipeline(records, has_logits)

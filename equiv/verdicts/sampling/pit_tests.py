@@ -1,15 +1,15 @@
 """The PIT tests over one sampled prompt's pooled seeds, each sample a record of evidence
-(`equiv.verdicts.token_evidence`):
+(`equiv.verdicts.sampling.token_evidence`):
 
 - the speculative samples against the placebo, the baseline's samples scored by the same
-  instrument (`equiv.verdicts.placebo`): the tests that may decide ``sampler-bug``
+  instrument (`equiv.verdicts.sampling.placebo`): the tests that may decide ``sampler-bug``
   (`vs_placebo`), and over HTTP their batched follow-up (`batched_vs_placebo`);
 - sampler consistency, per path, against the instrument's rows alone (PIT uniformity, top-token
   count, temperature: `consistency`);
 - the stages of a rejection sampler, for engines that report their judgements (`stage_tests`).
 
 `pipeline` says which PIT entries are the instrument. Pure functions of the samples
-(`equiv.verdicts.samples.Sample`).
+(`equiv.verdicts.sampling.samples.Sample`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from equiv.verdicts.analysis_record import ScoredTest
-from equiv.verdicts.placebo import pit_vs_placebo, temperature_vs_placebo, top_token_vs_placebo
-from equiv.verdicts.samples import Sample
+from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.placebo import (
+    pit_vs_placebo,
+    temperature_vs_placebo,
+    top_token_vs_placebo,
+)
+from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import (
     TestResult,
     acceptance_rate_test,

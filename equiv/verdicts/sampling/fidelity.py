@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.config import SamplingConfig
+from equiv.engines.chain import chain_distribution
 from equiv.json_types import JSONDict, JSONObject, json_float, json_int
-from equiv.verdicts.chain import chain_distribution
 
 __all__ = ["Fidelity", "rescore_fidelity"]
 

@@ -1,0 +1,1 @@
+"""Whole runs: summaries, a run's drift, two runs compared."""
