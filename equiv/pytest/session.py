@@ -285,7 +285,11 @@ class CheckSession:
             items = [dataclasses.replace(i, max_tokens=max_tokens) for i in items]
         seen = len(runner.results.read().records)
         ran = runner.run(
-            items, resume=True, command=shlex.join(self.argv), family_size=self.family_size
+            items,
+            resume=True,
+            command=shlex.join(self.argv),
+            family_size=self.family_size,
+            pool=False,  # the session's pooled answer is judged over all its checks at the end
         )
         if not ran:
             raise EquivError(
@@ -356,17 +360,25 @@ def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
 
 
 def _summaries(checks: Sequence[Check]) -> dict[str, Summary]:
-    """Each mode's run summary, from its checks' records (the quality margin from the header)."""
+    """Each mode's run summary, from its checks' records (the quality margin from the header);
+    at temp > 0 with the session's pooled answer over all its prompts."""
     from equiv.verdicts.runs.summary import summarize
+    from equiv.verdicts.sampling.run_verdict import POOLED_SHARE
 
     out = {}
     for mode in sorted({c.mode for c in checks}):
         group = [c for c in checks if c.mode == mode]
-        margin = group[0].header.config.get("quality_margin", DEFAULT_MARGIN_POINTS)
+        header = group[0].header
+        margin = header.config.get("quality_margin", DEFAULT_MARGIN_POINTS)
+        alpha = json_float(header.config.get("alpha", 0.01)) * POOLED_SHARE
         out[mode] = summarize(
             [r for c in group for r in c.records],
             [e for c in group for e in c.events],
+            [x for c in group for x in c.extras if isinstance(x, AnalysisRecord)],
             quality_margin=json_float(margin),
+            differences=header.differences,
+            pooled_alpha=alpha if mode == "sampling" else None,
+            has_logits=header.has_logits,
         )
     return out
 
@@ -390,6 +402,9 @@ def write_results(checks: Iterable[Check], out: Path) -> list[Path]:
         for c in group:
             for record in (*c.records, *c.extras):
                 results.append(record)
+        run = _summaries(group)[mode].run
+        if run is not None:  # the session's pooled answer, as `equiv run` writes its own
+            results.append_run(run.record())
         written.append(results.path)
         written.append(write_summary(results.path))
         written.append(write_report(results.path, folder / "report.html"))

@@ -5,8 +5,9 @@
   there only);
 - `equiv.records.comparison`: the comparison of two generations as recorded, and `Drift`, the one
   type for how far two sets of logits rows are apart;
-- `equiv.records.kinds`: the four kinds of line (`Kind`): `HeaderRecord`, `ResultRecord`,
-  `AnalysisRecord`, `EventRecord`, each validated on reading (`FieldError` names the field);
+- `equiv.records.kinds`: the five kinds of line (`Kind`): `HeaderRecord`, `ResultRecord`,
+  `AnalysisRecord`, `EventRecord`, `RunRecord` (the run's own answer at temperature > 0), each
+  validated on reading (`FieldError` names the field);
 - `equiv.records.verdict`: the `Label` a result gets and the `Verdict` that carries it;
 - `equiv.records.file`: `ResultsFile`, read once into typed records with every unreadable line
   named (`LineProblem`), appended one whole line at a time.
@@ -24,6 +25,7 @@ from equiv.records.generation import (
     speedup,
 )
 from equiv.records.kinds import (
+    RUN_KEY,
     SCHEMA_VERSION,
     AnalysisRecord,
     Control,
@@ -32,11 +34,13 @@ from equiv.records.kinds import (
     Kind,
     Record,
     ResultRecord,
+    RunRecord,
     parse_record,
 )
 from equiv.records.verdict import Label, Verdict
 
 __all__ = [
+    "RUN_KEY",
     "SCHEMA_VERSION",
     "AnalysisRecord",
     "ArgmaxFlips",
@@ -57,6 +61,7 @@ __all__ = [
     "ResultRecord",
     "ResultsContents",
     "ResultsFile",
+    "RunRecord",
     "TokenAlternatives",
     "Verdict",
     "decode_rate",

@@ -38,6 +38,7 @@ from equiv.records.kinds import (
     Kind,
     Record,
     ResultRecord,
+    RunRecord,
     parse_record,
 )
 
@@ -92,6 +93,11 @@ class ResultsContents:
     @property
     def events(self) -> list[EventRecord]:
         return self._of(Kind.EVENT)
+
+    @property
+    def runs(self) -> list[RunRecord]:
+        """The run's own answers (at most one a mode: `RunRecord`)."""
+        return self._of(Kind.RUN)
 
     @property
     def done_keys(self) -> set[str]:
@@ -296,10 +302,11 @@ class ResultsFile:
         return True
 
     def drop(self, keys: Collection[str]) -> int:
-        """Rewrite the file without the results and analyses of ``keys`` (a resumed run redoes
-        them) and without a torn last line; every other line is kept byte for byte, unreadable
-        ones included. Atomic: a new file, fsynced, renamed over the old one, so a crash leaves
-        either file whole. For the process that holds the results lock. Returns lines dropped."""
+        """Rewrite the file without the results, analyses and run answers of ``keys`` (a resumed
+        run redoes them) and without a torn last line; every other line is kept byte for byte,
+        unreadable ones included. Atomic: a new file, fsynced, renamed over the old one, so a
+        crash leaves either file whole. For the process that holds the results lock. Returns
+        lines dropped."""
         wanted = set(keys)
         try:
             lines = self.path.read_bytes().split(b"\n")
@@ -314,7 +321,7 @@ class ResultsFile:
                 data = None
             if (
                 isinstance(data, dict)
-                and data.get("kind") in (Kind.RESULT.value, Kind.ANALYSIS.value)
+                and data.get("kind") in (Kind.RESULT.value, Kind.ANALYSIS.value, Kind.RUN.value)
                 and data.get("key") in wanted
             ):
                 dropped += 1
@@ -438,6 +445,11 @@ class ResultsFile:
 
     def append_analysis(self, record: AnalysisRecord) -> AnalysisRecord:
         """A prompt's distribution tests over all its seeds (sampling mode)."""
+        self.append(record)
+        return record
+
+    def append_run(self, record: RunRecord) -> RunRecord:
+        """The run's own answer over all its prompts (sampling mode), once it has decided."""
         self.append(record)
         return record
 

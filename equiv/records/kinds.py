@@ -33,6 +33,7 @@ from equiv.records.verdict import Label, Verdict
 
 __all__ = [
     "OLDEST_SCHEMA",
+    "RUN_KEY",
     "SCHEMA_VERSION",
     "AnalysisRecord",
     "Control",
@@ -41,6 +42,7 @@ __all__ = [
     "Kind",
     "Record",
     "ResultRecord",
+    "RunRecord",
     "parse_record",
     "parse_verdict",
 ]
@@ -56,6 +58,7 @@ class Kind(str, enum.Enum):
     RESULT = "result"
     ANALYSIS = "analysis"
     EVENT = "event"
+    RUN = "run"
 
     def __str__(self) -> str:
         return self.value
@@ -117,6 +120,13 @@ class HeaderRecord:
     capabilities: JSONObject = field(default_factory=dict)
     machine: Machine | None = None  # None in files written before equiv recorded it
     extra: JSONObject = field(default_factory=dict)  # vocab, argv, servers, ...
+
+    @property
+    def has_logits(self) -> bool:
+        """Both paths reported the rows they sampled from (in process), per the capabilities
+        recorded."""
+        caps = [self.capabilities.get(path) for path in ("baseline", "speculative")]
+        return all(isinstance(c, dict) and c.get("full_logits") is True for c in caps)
 
     def get(self, key: str, default: Any = None) -> Any:
         """A field by its name in the file (known or extra)."""
@@ -404,13 +414,54 @@ class EventRecord:
         )
 
 
-Record = HeaderRecord | ResultRecord | AnalysisRecord | EventRecord
+#: The key of the run's own answer in sampling mode (`RunRecord`).
+RUN_KEY = "run::sampling"
 
-_TYPES: dict[str, type[HeaderRecord | ResultRecord | AnalysisRecord | EventRecord]] = {
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The run's own answer over all its prompts: at temperature > 0 the verdict of the pooled
+    tests (`equiv.verdicts.sampling.run_verdict`), written once the run has decided."""
+
+    kind: ClassVar[Kind] = Kind.RUN
+    _KNOWN: ClassVar[frozenset[str]] = frozenset({"kind", "key", "mode", "verdict"})
+
+    verdict: Verdict
+    key: str = RUN_KEY
+    mode: Mode = Mode.SAMPLING
+    # pooled, batched, stopping: as `equiv.verdicts.sampling.run_verdict.RunJudgement` wrote them
+    figures: JSONObject = field(default_factory=dict)
+
+    def to_dict(self) -> JSONDict:
+        return {
+            "kind": Kind.RUN.value,
+            "key": self.key,
+            "mode": self.mode.value,
+            **self.figures,
+            "verdict": self.verdict.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject, where: str = "") -> RunRecord:
+        f = Fields(data, where)
+        mode = f.text("mode", Mode.SAMPLING.value)
+        if mode != Mode.SAMPLING.value:
+            f.fail("mode", f"a run record is of sampling mode, found {mode!r}")
+        return cls(
+            verdict=parse_verdict(data.get("verdict"), f.name("verdict")),
+            key=f.text("key"),
+            figures=_extra(data, cls._KNOWN),
+        )
+
+
+Record = HeaderRecord | ResultRecord | AnalysisRecord | EventRecord | RunRecord
+
+_TYPES: dict[str, type[Record]] = {
     Kind.HEADER.value: HeaderRecord,
     Kind.RESULT.value: ResultRecord,
     Kind.ANALYSIS.value: AnalysisRecord,
     Kind.EVENT.value: EventRecord,
+    Kind.RUN.value: RunRecord,
 }
 
 

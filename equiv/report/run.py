@@ -46,6 +46,7 @@ class RunView:
     conclusion: str
     worst: str
     rate: str  # temp 0: the divergence rate against the placebo's, or empty
+    pooled: tuple[str, ...]  # temp > 0: the run's pooled tests and bounds, a line each
     label_counts: tuple[tuple[str, int], ...]
     suites: tuple[SuiteRow, ...]
     events: tuple[tuple[str, bool | None, str], ...]
@@ -216,7 +217,14 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
     ]
     differences = [str(d) for d in header.get("differences") or []]
     margin = json_float(header_record.config.get("quality_margin", DEFAULT_MARGIN_POINTS))
-    summary = summarize(rows, events, analyses, differences=differences, quality_margin=margin)
+    summary = summarize(
+        rows,
+        events,
+        analyses,
+        differences=differences,
+        quality_margin=margin,
+        runs=contents.runs,
+    )
     vocab = token_texts(rows)
     prompts = tuple(
         prompt_view(f"p{i}", r, vocab)
@@ -231,6 +239,7 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         conclusion=summary.conclusion,
         worst=summary.verdict.label.value if summary.total.prompts else "inconclusive",
         rate="" if summary.divergence_rate is None else summary.divergence_rate.line,
+        pooled=() if summary.run is None else summary.run.pooled.lines(),
         label_counts=counts,
         suites=(*(_suite_row(s) for s in summary.suites.values()), _suite_row(summary.total)),
         differences=tuple(differences),

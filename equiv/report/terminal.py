@@ -91,6 +91,9 @@ def print_summary(summary: Summary, console: Console, *, results_path: Path | No
         console.print(
             line, style="red" if summary.quality_drop else None, highlight=False, markup=False
         )
+    if summary.run is not None:
+        for line in summary.run.pooled.lines():
+            console.print(Text(line), highlight=False)
     style = _LABEL_STYLE[summary.verdict.label]
     console.print(Text(summary.conclusion, style=f"bold {style}"), highlight=False)
     if results_path is not None:

@@ -205,19 +205,25 @@ class Evidence:
         be empty, where the engines cannot re-score batched)."""
         if not self.can_rescore:
             return BatchedEvidence(error="the servers cannot re-score batched")
-        sampling = self.config.sampling
-        scored: list[Sample] = []
         try:
-            for sample in samples:
-                tokens = list(sample.speculative.tokens)
-                rows = self.rescore(prompt, tokens, True) if tokens else None
-                pits, sensitivities = (
-                    ([], []) if rows is None else chain_evidence(rows, tokens, sampling)
-                )
-                spec = sample.speculative.scored("batched", pits, sensitivities)
-                scored.append(dataclasses.replace(sample, speculative=spec))
+            scored = self.batched_samples(prompt, samples)
         except EngineError as exc:
             evidence = BatchedEvidence(error=str(exc).splitlines()[0])
         else:
             evidence = BatchedEvidence(tests=tuple(batched_vs_placebo(scored, alpha=alpha)))
         return dataclasses.replace(evidence, rescore_cost=self.take_cost())
+
+    def batched_samples(self, prompt: Sequence[int], samples: Sequence[Sample]) -> list[Sample]:
+        """The samples with their speculative tokens re-scored batched (``batched_pit``,
+        ``batched_sensitivity``); `EngineError` where a request fails."""
+        sampling = self.config.sampling
+        scored: list[Sample] = []
+        for sample in samples:
+            tokens = list(sample.speculative.tokens)
+            rows = self.rescore(prompt, tokens, True) if tokens else None
+            pits, sensitivities = (
+                ([], []) if rows is None else chain_evidence(rows, tokens, sampling)
+            )
+            spec = sample.speculative.scored("batched", pits, sensitivities)
+            scored.append(dataclasses.replace(sample, speculative=spec))
+        return scored

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from equiv.config import Mode, RunConfig
 from equiv.errors import ConfigError
 from equiv.json_types import JSONObject
-from equiv.records import Control, ResultsContents
+from equiv.records import RUN_KEY, Control, ResultsContents
 from equiv.run.plan import PlanItem
 
 __all__ = ["ResumePlan", "changed_settings", "plan_resume"]
@@ -27,7 +27,7 @@ class ResumePlan:
 
     fresh: the file holds nothing to keep (no file, a header alone, a torn line alone): it is
         started anew with this run's header, ``--resume`` or not.
-    redo: keys of the results and analyses dropped from the file to be redone.
+    redo: keys of the results, analyses and run answer dropped from the file to be redone.
     todo: the plan items to run, in plan order (the redone ones among them).
     determinism: the determinism control is due (controls on, and none recorded yet).
     self_draft: the self-draft control is due even if no result is added (none recorded yet).
@@ -79,6 +79,8 @@ def plan_resume(
             r for r in contents.results if r.key in keys and r.rescore_failed and can_redo(r.mode)
         ]
         redo = {r.key for r in failed} | {f"{r.prompt.key}::sampling" for r in failed}
+        if any(r.mode is Mode.SAMPLING for r in failed):  # the run's pooled answer read them too
+            redo.add(RUN_KEY)
     done = set() if fresh else contents.done_keys - redo
     if not fresh:
         _check_prompts(contents, items)

@@ -13,7 +13,8 @@ import dataclasses
 import itertools
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from equiv import __version__
@@ -34,15 +35,17 @@ from equiv.records import (
 from equiv.records.machine import Machine
 from equiv.run.evidence import BatchOnce, Evidence, SampleEvidence
 from equiv.run.inflight import completed
+from equiv.run.judging import SamplingJudge, group_by_prompt
 from equiv.run.lock import ResultsLock
 from equiv.run.plan import PlanItem, plan
 from equiv.run.resume import ResumePlan, plan_resume
 from equiv.verdicts.quality.graders import grade_pair
 from equiv.verdicts.runs.summary import summarize
-from equiv.verdicts.sampling.prompt_analysis import analyze
-from equiv.verdicts.sampling.samples import Sample
-from equiv.verdicts.sampling.verdict import classify_sampling, needs_batched_evidence
-from equiv.verdicts.stats.sequential import STOPPING_LABELS, Look, Stopping, schedule, stops
+from equiv.verdicts.sampling.run_verdict import (
+    POOLED_SHARE,
+    RUN_STOPPING,
+)
+from equiv.verdicts.stats.sequential import schedule, stops
 from equiv.verdicts.temp0.classify import classify_temp0, fingerprint_differences
 from equiv.verdicts.temp0.compare import compare
 
@@ -190,13 +193,15 @@ class Runner:
         command: str = "",
         on_result: ProgressFn | None = None,
         family_size: int | None = None,
+        pool: bool = True,
     ) -> list[JSONDict]:
         """Run what is not done yet; returns the new result (and analysis) records, as the file
         holds them.
 
-        ``family_size`` is the number of prompts the run's alpha is shared among in sampling
-        mode (default: the prompts in ``items``); a caller that runs a suite one prompt at a
-        time (the pytest plugin) passes the suite's size.
+        ``family_size`` is the number of prompts the prompts' half of the run's alpha is shared
+        among in sampling mode (default: the prompts in ``items``); a caller that runs a suite
+        one prompt at a time (the pytest plugin) passes the suite's size, and ``pool=False``:
+        the run's pooled answer is then its own (`judge_results` over the whole session).
         """
         header = self.header(command)
         self.dropped = 0
@@ -214,10 +219,12 @@ class Runner:
         # Every up-front check before anything is written.
         prompt_tokens = self.tokenize(left.todo)
         self._start_file(left, header)
-        # Sampling: alpha is shared among the prompts (Bonferroni), Holm within each prompt.
+        # Sampling: half the run's alpha for the pooled tests, half shared among the prompts
+        # (Bonferroni), Holm within each prompt.
         n_prompts = family_size or len({item.prompt.key for item in items})
-        self._prompt_alpha = self.config.alpha / max(n_prompts, 1)
         sampling = self.config.mode is Mode.SAMPLING
+        prompt_alpha = self.config.alpha * (1 - POOLED_SHARE) / max(n_prompts, 1)
+        self.judge = SamplingJudge(self, prompt_alpha=prompt_alpha, pool=pool and sampling)
         analyses: list[AnalysisRecord] = []
         if sampling and self.config.looks > 1:
             results, analyses = self._run_in_looks(items, left, prompt_tokens, on_result)
@@ -226,7 +233,7 @@ class Runner:
         if left.determinism and not results:
             self._late_determinism_control(items)
         if sampling and self.config.looks == 1:
-            analyses = self._analyze(items)
+            analyses = self.judge.analyze_all(items)
         added = [*(r.to_dict() for r in results), *(a.to_dict() for a in analyses)]
         if (self.controls and added) or left.self_draft:
             self._self_draft_control()  # over every result, whenever results were added
@@ -333,95 +340,52 @@ class Runner:
         prompt_tokens: dict[str, list[int]],
         on_result: ProgressFn | None,
     ) -> tuple[list[ResultRecord], list[AnalysisRecord]]:
-        """Sampling with ``looks`` > 1: the seeds in rounds (`sequential.schedule`); after each
-        round every prompt still running is judged on the seeds it has, and stops at the first
-        look that `sequential.stops` it (the last look always does). Every decision is a pure
-        function of the file's results, so a resumed run decides as the interrupted one did."""
-        by_prompt = _by_prompt(items)
-        analysed = {a.key for a in self.results.read().analyses}
+        """Sampling with ``looks`` > 1: the seeds in rounds (`sequential.schedule`) over every
+        prompt still running. After each round each such prompt is judged on the seeds it has
+        and stops at the first look that `sequential.stops` it; the run is judged on every
+        prompt's seeds pooled, and where that answer is conclusive (`RUN_STOPPING`) the run
+        stops, every prompt with it (the last look always does). Every decision is a pure
+        function of the file's results, and the run's answer is written before the prompts it
+        stops, so a resumed run decides as the interrupted one did."""
+        by_prompt = group_by_prompt(items)
+        contents = self.results.read()
+        analysed = {a.key for a in contents.analyses}
+        decided = self.judge.recorded_run(contents.runs)
         running = [key for key in by_prompt if f"{key}::sampling" not in analysed]
         todo = {item.key for item in left.todo}
         results: list[ResultRecord] = []
         analyses: list[AnalysisRecord] = []
-        looks = schedule(len(self.config.seeds), self.config.looks)
-        for look in looks:
+        for look in schedule(len(self.config.seeds), self.config.looks):
             batch = [i for key in running for i in by_prompt[key][: look.seeds] if i.key in todo]
-            if batch:
+            if batch and decided is None:
                 first = left.determinism and not results
                 step = dataclasses.replace(left, todo=tuple(batch), determinism=first)
                 results += self._run_todo(step, prompt_tokens, on_result)
                 todo -= {i.key for i in batch}
             done = {r.key: r for r in self.results.read().results}  # once per look
-            for key in list(running):
-                record = self._analyze_prompt(by_prompt[key][: look.seeds], done, look)
-                if record is not None:
-                    analyses.append(record)
+            judged = {
+                key: record
+                for key in running
+                if (record := self.judge.judge_prompt(by_prompt[key][: look.seeds], done))
+                is not None
+            }
+            if self.judge.pool and decided is None:
+                labels = Counter(a.judged.label for a in self.results.read().analyses)
+                labels.update(r.judged.label for r in judged.values())
+                run = self.judge.judge_run_at(by_prompt, done, labels, look)
+                if look.last or run.verdict.label in RUN_STOPPING:
+                    decided = run
+                    self.results.append_run(run.record())
+            stopped = decided.stopping if decided is not None else None
+            ends = stopped is not None and stopped.look == look.index
+            for key, record in judged.items():
+                if ends or stops(record.judged.label, look):
+                    by_run = ends and not stops(record.judged.label, look)
+                    analyses.append(self.judge.finish_prompt(record, look, by_run=by_run))
                     running.remove(key)
+            if ends:
+                break
         return results, analyses
-
-    def _analyze(self, items: Sequence[PlanItem]) -> list[AnalysisRecord]:
-        """One analysis record per prompt whose seeds are all done and not yet analysed."""
-        contents = self.results.read()
-        analysed = {a.key for a in contents.analyses}
-        done = {r.key: r for r in contents.results}
-        out = []
-        for key, group in _by_prompt(items).items():
-            if f"{key}::sampling" not in analysed:
-                record = self._analyze_prompt(group, done)
-                if record is not None:
-                    out.append(record)
-        return out
-
-    def _analyze_prompt(
-        self,
-        group: Sequence[PlanItem],
-        done: Mapping[str, ResultRecord],
-        look: Look | None = None,
-    ) -> AnalysisRecord | None:
-        """The analysis of one prompt over the seeds of ``group`` (their results in ``done``,
-        the file's by key), appended to the file; None where a seed is missing, or where
-        ``look`` does not stop the prompt (it then runs on)."""
-        key = group[0].prompt.key
-        samples = [Sample.of(done[i.key]) for i in group if i.key in done]
-        if len(samples) < len(group):
-            return None
-        has_logits = self.baseline.capabilities.full_logits and (
-            self.speculative.capabilities.full_logits
-        )
-        alpha = self._prompt_alpha * (look.share if look is not None else 1.0)
-        analysis = analyze(samples, alpha=alpha, has_logits=has_logits)
-        if not has_logits and needs_batched_evidence(analysis):
-            # The prompt's tokens only where they are used: the follow-up re-scores.
-            prompt = self.tokenize(group[:1])[key] if self.evidence.can_rescore else []
-            batched = self.evidence.batched(prompt, samples, alpha=alpha)
-            analysis = dataclasses.replace(analysis, batched=batched)
-        verdict = classify_sampling(analysis, differences=self.differences, has_logits=has_logits)
-        figures = analysis.figures()
-        if look is not None:
-            if not stops(verdict.label, look):
-                return None
-            conclusive = verdict.label in STOPPING_LABELS
-            stopping = Stopping(
-                look=look.index,
-                looks=look.of,
-                seeds=look.seeds,
-                budget=len(self.config.seeds),
-                alpha=alpha,
-                conclusive=conclusive,
-            )
-            figures = {**figures, "stopping": stopping.to_dict()}
-            verdict = dataclasses.replace(verdict, reason=f"{verdict.reason} ({stopping.reason})")
-        record = AnalysisRecord(
-            key=f"{key}::sampling",
-            suite=group[0].prompt.suite,
-            prompt_id=group[0].prompt.id,
-            tests=tuple(t.to_dict() for t in analysis.tests),
-            verdict=verdict,
-            figures=figures,
-        )
-        record = AnalysisRecord.from_dict(record.to_dict())  # as the file holds it
-        self.results.append_analysis(record)
-        return record
 
     def _determinism_control(self, item: PlanItem, tokens: list[int], first: Sequence[int]) -> None:
         """The baseline run twice must give the same tokens, or no comparison means anything.
@@ -462,11 +426,3 @@ class Runner:
                 event=Control.SELF_DRAFT.value, ok=ok, detail=detail, extra={"acceptance": rate}
             )
         )
-
-
-def _by_prompt(items: Sequence[PlanItem]) -> dict[str, list[PlanItem]]:
-    """The plan's items by prompt key, each prompt's in plan (seed) order."""
-    by_prompt: dict[str, list[PlanItem]] = {}
-    for item in items:
-        by_prompt.setdefault(item.prompt.key, []).append(item)
-    return by_prompt

@@ -19,7 +19,14 @@ import numpy as np
 
 from equiv.config import Mode
 from equiv.json_types import JSONDict, JSONObject
-from equiv.records import AnalysisRecord, EventRecord, HeaderRecord, ResultRecord, ResultsFile
+from equiv.records import (
+    AnalysisRecord,
+    EventRecord,
+    HeaderRecord,
+    ResultRecord,
+    ResultsFile,
+    RunRecord,
+)
 from equiv.records.verdict import SEVERITY as LABEL_SEVERITY
 from equiv.verdicts.runs.drift import run_drift
 from equiv.verdicts.runs.summary import SuiteSummary, summarize
@@ -63,6 +70,7 @@ class RunRecords:
     results: Sequence[ResultRecord]
     analyses: Sequence[AnalysisRecord] = ()
     events: Sequence[EventRecord] = ()
+    runs: Sequence[RunRecord] = ()  # the run's own answer at temp > 0
 
     @classmethod
     def from_file(cls, results: ResultsFile, name: str = "") -> RunRecords:
@@ -74,6 +82,7 @@ class RunRecords:
             results=contents.results,
             analyses=contents.analyses,
             events=contents.events,
+            runs=contents.runs,
         )
 
     def labels(self) -> dict[str, str]:
@@ -429,7 +438,9 @@ def compare_runs(a: RunRecords, b: RunRecords) -> RunComparison:
 
 def _verdict(run: RunRecords) -> str:
     """The run's label (as its summary gives it) and its label counts, worst first."""
-    summary = summarize(run.results, run.events, run.analyses, differences=run.header.differences)
+    summary = summarize(
+        run.results, run.events, run.analyses, differences=run.header.differences, runs=run.runs
+    )
     counts = summary.total.labels
     order = sorted(counts, key=lambda x: (-SEVERITY.get(x, 0), x))
     listed = ", ".join(f"{counts[x]} {x}" for x in order if counts[x])

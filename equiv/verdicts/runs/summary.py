@@ -13,16 +13,18 @@ from typing import Any
 
 from equiv.json_types import JSONDict, json_float
 from equiv.records import (
+    RUN_KEY,
     AnalysisRecord,
     EventRecord,
     Generation,
     ResultRecord,
     ResultsContents,
     ResultsFile,
+    RunRecord,
     decode_rate,
     speedup,
 )
-from equiv.records.verdict import Label
+from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.quality.paired import (
     DEFAULT_MARGIN_POINTS,
     Quality,
@@ -31,6 +33,8 @@ from equiv.verdicts.quality.paired import (
 )
 from equiv.verdicts.quality.pass_rates import QUALITY_ALPHA, wilson
 from equiv.verdicts.runs.drift import RunDrift, run_drift
+from equiv.verdicts.sampling.pooled import PooledAnalysis
+from equiv.verdicts.sampling.run_verdict import RunJudgement, judge_results
 from equiv.verdicts.temp0.classify import run_verdict
 from equiv.verdicts.temp0.divergence_rate import DivergenceRate, divergence_rate
 
@@ -165,6 +169,8 @@ class Summary:
     drift: RunDrift | None = None
     # Temp 0: the divergences' rate against the placebo's drift flips (None: no placebo).
     divergence_rate: DivergenceRate | None = None
+    # Temp > 0: the run's own answer from every prompt's evidence pooled (None: not sampled).
+    run: RunJudgement | None = None
 
     @property
     def quality_lines(self) -> list[str]:
@@ -184,7 +190,11 @@ class Summary:
         return any(q.total.difference.significant_drop for q in self.quality)
 
     @property
-    def verdict(self) -> Any:
+    def verdict(self) -> Verdict:
+        """The run's label: at temp > 0 the pooled answer (`run`), else the prompts' labels
+        by `RUN_PRECEDENCE` with, at temp 0, the divergence rate."""
+        if self.run is not None:
+            return self.run.verdict
         labels = [label for label, n in self.total.labels.items() for _ in range(n)]
         return run_verdict(labels, self.differences, self.divergence_rate)
 
@@ -213,9 +223,14 @@ def summarize(
     *,
     differences: Iterable[str] = (),
     quality_margin: float = DEFAULT_MARGIN_POINTS,
+    runs: Iterable[RunRecord] = (),
+    pooled_alpha: float | None = None,
+    has_logits: bool = True,
 ) -> Summary:
     """The figures of typed records (a plugin worker's plain data is read as records by
-    `equiv.pytest.session.Check.from_dict`)."""
+    `equiv.pytest.session.Check.from_dict`). At temp > 0 the run's answer is the one its
+    `RunRecord` holds; where none was written (a pytest session checks a prompt at a time) and
+    ``pooled_alpha`` is given, it is judged here from the results (`judge_results`)."""
     summary = Summary(events=list(events), differences=list(differences))
     results = list(records)
     analysed = list(analyses)
@@ -239,6 +254,17 @@ def summarize(
         summary.total.add(record)
     summary.drift = run_drift(r.comparison.drift for r in results)
     summary.divergence_rate = divergence_rate(results)
+    recorded = next((r for r in runs if r.key == RUN_KEY), None)
+    if recorded is not None:
+        summary.run = RunJudgement.of(recorded)
+    elif pooled_alpha is not None:
+        summary.run = judge_results(
+            results,
+            analysed,
+            alpha=pooled_alpha,
+            has_logits=has_logits,
+            differences=summary.differences,
+        )
     for analysis in analysed:
         summary.suites.setdefault(analysis.suite, SuiteSummary(analysis.suite)).add_analysis(
             analysis
@@ -258,6 +284,7 @@ def summarize_file(results: ResultsFile | ResultsContents) -> Summary:
         contents.analyses,
         differences=header.differences if header is not None else (),
         quality_margin=json_float(config.get("quality_margin", DEFAULT_MARGIN_POINTS)),
+        runs=contents.runs,
     )
 
 
@@ -314,6 +341,7 @@ class RunSummary:
     quality: tuple[str, ...]  # the quality line of each mode; empty without graded prompts
     suites: tuple[tuple[str, int, float | None], ...]  # (suite, prompts, acceptance)
     extra: tuple[tuple[str, Any], ...] = ()  # the caller's: results path, mode, command
+    pooled: PooledAnalysis | None = None  # temp > 0: the run's pooled tests and bounds
 
     @property
     def failed_controls(self) -> int:
@@ -338,6 +366,7 @@ class RunSummary:
             "differences": list(self.differences),
             "quality": list(self.quality),
             "suites": [{"suite": s, "prompts": n, "acceptance": a} for s, n, a in self.suites],
+            "pooled": None if self.pooled is None else self.pooled.to_dict(),
         }
 
 
@@ -375,4 +404,5 @@ def run_summary(summary: Summary, **extra: Any) -> RunSummary:
         quality=tuple(summary.quality_lines) if summary.quality else (),
         suites=tuple((s.suite, s.prompts, s.acceptance) for s in summary.suites.values()),
         extra=tuple(extra.items()),
+        pooled=summary.run.pooled if summary.run is not None else None,
     )

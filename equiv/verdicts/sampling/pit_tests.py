@@ -50,6 +50,7 @@ __all__ = [
     "pit_values",
     "renamed",
     "stage_tests",
+    "tokens_of",
     "vs_placebo",
 ]
 
@@ -133,7 +134,7 @@ def _temperature(
     seed: int,
 ) -> TestResult:
     """The temperature test on every emitted position: its randomized PIT and its sensitivity."""
-    pits, _, sens = _tokens(records, path, keys[0])
+    pits, _, sens = tokens_of(records, path, keys[0])
     assert sens is not None  # asked only where every record has its sensitivities
     u = randomized_pit(pits[:, 0], pits[:, 1], np.random.default_rng(seed))
     return temperature_test(u, sens, alpha=alpha)
@@ -153,8 +154,8 @@ def vs_placebo(
     Each path and test draws its own randomization of the PIT."""
     seed = pit_seed(records) + 7
     data = {
-        "speculative": _tokens(records, "speculative", spec_key),
-        "baseline": _tokens(records, "baseline", base_key),
+        "speculative": tokens_of(records, "speculative", spec_key),
+        "baseline": tokens_of(records, "baseline", base_key),
     }
     rngs = {path: np.random.default_rng(seed + i) for i, path in enumerate(data)}
     u = {
@@ -193,7 +194,7 @@ def vs_placebo(
     return out
 
 
-def _tokens(
+def tokens_of(
     records: Sequence[Sample], path: str, key: str
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64] | None]:
     """One path's PIT entries under ``key`` as an (n, 3) array, the sample (record) each token

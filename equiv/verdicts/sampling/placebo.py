@@ -41,6 +41,8 @@ __all__ = [
     "cluster_ratio",
     "pit_vs_placebo",
     "temperature_vs_placebo",
+    "tempering",
+    "top_excess",
     "top_token_vs_placebo",
 ]
 
@@ -67,6 +69,33 @@ def cluster_ratio(
     theta = float(big_n.sum()) / total
     var = float(np.sum((big_n - theta * big_d) ** 2)) / total**2 * m / (m - 1)
     return theta, var, m
+
+
+def top_excess(
+    is_top: npt.ArrayLike, p_top: npt.ArrayLike, samples: npt.ArrayLike
+) -> tuple[float, float, int]:
+    """``(e, var e, m)``: the top token emitted in excess of what the rows imply, per token
+    (``Σ (is_top - p_top) / n``), with the samples as clusters (`cluster_ratio`)."""
+    t = np.asarray(is_top, dtype=np.float64).reshape(-1)
+    q = np.asarray(p_top, dtype=np.float64).reshape(-1)
+    return cluster_ratio(t - q, np.ones_like(q), samples)
+
+
+def tempering(
+    u: npt.ArrayLike, k: npt.ArrayLike, samples: npt.ArrayLike
+) -> tuple[float, float, int, float]:
+    """``(λ - 1, var, m, Σk²)`` of the tempered family ``p ** λ`` from randomized PITs ``u`` and
+    sensitivities ``k`` (`equiv.verdicts.sampling.token_evidence.chain_sensitivity`):
+    ``λ - 1 = Σ k Z / Σ k²`` with ``Z`` the PIT's normal scores and ``k <= 0`` (colder:
+    positive, as `equiv.verdicts.stats.temperature_test` reads it), samples as clusters."""
+    x = np.asarray(u, dtype=np.float64).reshape(-1)
+    w = np.minimum(np.asarray(k, dtype=np.float64).reshape(-1), 0.0)
+    if x.shape != w.shape:
+        raise ValueError(f"u {x.shape} and sensitivity {w.shape} differ in shape")
+    if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
+        raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
+    z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
+    return (*cluster_ratio(w * z, w * w, samples), float(np.dot(w, w)))
 
 
 def _difference(
@@ -115,7 +144,7 @@ def top_token_vs_placebo(
         q = np.asarray(p, dtype=np.float64).reshape(-1)
         if t.shape != q.shape:
             raise ValueError(f"is_top {t.shape} and p_top {q.shape} differ in shape")
-        parts.append((t, q, cluster_ratio(t - q, np.ones_like(q), ids)))
+        parts.append((t, q, top_excess(t, q, ids)))
     (ts, ps, (es, vs, ms)), (tb, pb, (eb, vb, mb)) = parts
     n = int(ps.size + pb.size)
     binomial = min(float(np.sum(ps * (1 - ps))), float(np.sum(pb * (1 - pb))))
@@ -156,15 +185,7 @@ def temperature_vs_placebo(
     name = "temperature_vs_placebo"
     estimates = []
     for u, k, ids in (speculative, placebo):
-        x = np.asarray(u, dtype=np.float64).reshape(-1)
-        w = np.minimum(np.asarray(k, dtype=np.float64).reshape(-1), 0.0)
-        if x.shape != w.shape:
-            raise ValueError(f"u {x.shape} and sensitivity {w.shape} differ in shape")
-        if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
-            raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
-        z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
-        # λ - 1 = Σ k Z / Σ k² with k <= 0 (colder: positive), as temperature_test reads it
-        estimates.append((*cluster_ratio(w * z, w * w, ids), float(np.dot(w, w))))
+        estimates.append(tempering(u, k, ids))
     (ls, vs, ms, info_s), (lb, vb, mb, info_b) = estimates
     n = int(np.asarray(speculative[0]).size + np.asarray(placebo[0]).size)
     if min(info_s, info_b) < 1.0 or min(ms, mb) < 2:

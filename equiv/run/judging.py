@@ -1,0 +1,219 @@
+"""Judging a sampling run: each prompt on its seeds at its share of the level, and the run on
+every prompt's seeds pooled (`equiv.verdicts.sampling.run_verdict`), each judgement written to
+the results file as it is made. The runner decides when to judge (`equiv.run.runner`); what a
+judgement is, is here."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from equiv.errors import EngineError
+from equiv.records import RUN_KEY, AnalysisRecord, ResultRecord, RunRecord
+from equiv.records.verdict import Label
+from equiv.run.plan import PlanItem
+from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.run_verdict import (
+    POOLED_SHARE,
+    RUN_STOPPING,
+    RunBatched,
+    RunJudgement,
+    judge_run,
+)
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.verdict import classify_sampling, needs_batched_evidence
+from equiv.verdicts.stats.sequential import STOPPING_LABELS, Look, Stopping, schedule
+
+if TYPE_CHECKING:
+    from equiv.run.runner import Runner
+
+__all__ = ["RUN_BATCHED_SEEDS", "SamplingJudge", "group_by_prompt"]
+
+#: Over HTTP, the seeds of each prompt whose speculative samples the run's batched follow-up
+#: re-scores (the first ones: chosen before any data).
+RUN_BATCHED_SEEDS = 8
+
+
+def group_by_prompt(items: Sequence[PlanItem]) -> dict[str, list[PlanItem]]:
+    """The plan's items by prompt key, each prompt's in plan (seed) order."""
+    out: dict[str, list[PlanItem]] = {}
+    for item in items:
+        out.setdefault(item.prompt.key, []).append(item)
+    return out
+
+
+class SamplingJudge:
+    """The judgements of one sampling run over ``runner``'s engines and results file: each
+    prompt at ``prompt_alpha`` (times a look's share), the run pooled at the pooled share of
+    the run's level where ``pool``."""
+
+    def __init__(self, runner: Runner, *, prompt_alpha: float, pool: bool) -> None:
+        self.runner = runner
+        self.prompt_alpha = prompt_alpha
+        self.pool = pool
+
+    def recorded_run(self, runs: Sequence[RunRecord]) -> RunJudgement | None:
+        """The run's answer where the file holds it already (a resumed run)."""
+        record = next((r for r in runs if r.key == RUN_KEY), None)
+        return None if record is None else RunJudgement.of(record)
+
+    def analyze_all(self, items: Sequence[PlanItem]) -> list[AnalysisRecord]:
+        """One analysis record per prompt whose seeds are all done and not yet analysed, then
+        the run's pooled answer over all of them, if not recorded yet."""
+        contents = self.runner.results.read()
+        analysed = {a.key for a in contents.analyses}
+        done = {r.key: r for r in contents.results}
+        out = []
+        by_prompt = group_by_prompt(items)
+        for key, group in by_prompt.items():
+            if f"{key}::sampling" not in analysed:
+                record = self.judge_prompt(group, done)
+                if record is not None:
+                    self.runner.results.append_analysis(record)
+                    out.append(record)
+        if self.pool and self.recorded_run(contents.runs) is None:
+            labels = Counter(a.judged.label for a in self.runner.results.read().analyses)
+            self.runner.results.append_run(
+                self.judge_run_at(by_prompt, done, labels, None).record()
+            )
+        return out
+
+    @property
+    def has_logits(self) -> bool:
+        """Both paths report the rows they sampled from (in process)."""
+        caps = self.runner.baseline.capabilities, self.runner.speculative.capabilities
+        return caps[0].full_logits and caps[1].full_logits
+
+    def judge_prompt(
+        self, group: Sequence[PlanItem], done: Mapping[str, ResultRecord]
+    ) -> AnalysisRecord | None:
+        """The analysis of one prompt over the seeds of ``group`` (their results in ``done``,
+        the file's by key), not yet written; None where a seed is missing."""
+        key = group[0].prompt.key
+        samples = [Sample.of(done[i.key]) for i in group if i.key in done]
+        if len(samples) < len(group):
+            return None
+        has_logits = self.has_logits
+        alpha = self.prompt_alpha * self._share(len(group))
+        analysis = analyze(samples, alpha=alpha, has_logits=has_logits)
+        if not has_logits and needs_batched_evidence(analysis):
+            # The prompt's tokens only where they are used: the follow-up re-scores.
+            prompt = (
+                self.runner.tokenize(group[:1])[key] if self.runner.evidence.can_rescore else []
+            )
+            batched = self.runner.evidence.batched(prompt, samples, alpha=alpha)
+            analysis = dataclasses.replace(analysis, batched=batched)
+        verdict = classify_sampling(
+            analysis, differences=self.runner.differences, has_logits=has_logits
+        )
+        record = AnalysisRecord(
+            key=f"{key}::sampling",
+            suite=group[0].prompt.suite,
+            prompt_id=group[0].prompt.id,
+            tests=tuple(t.to_dict() for t in analysis.tests),
+            verdict=verdict,
+            figures=analysis.figures(),
+        )
+        return AnalysisRecord.from_dict(record.to_dict())  # as the file holds it
+
+    def _share(self, seeds: int) -> float:
+        """The share of a level that the look judging ``seeds`` seeds tests at (1 without
+        looks)."""
+        if self.runner.config.looks == 1:
+            return 1.0
+        plan_ = schedule(len(self.runner.config.seeds), self.runner.config.looks)
+        return next(look.share for look in plan_ if look.seeds >= seeds)
+
+    def finish_prompt(self, record: AnalysisRecord, look: Look, *, by_run: bool) -> AnalysisRecord:
+        """A sequential prompt's analysis with where it stopped, appended to the file;
+        ``by_run``: the run's pooled answer stopped it, not its own."""
+        verdict = record.judged
+        stopping = Stopping(
+            look=look.index,
+            looks=look.of,
+            seeds=look.seeds,
+            budget=len(self.runner.config.seeds),
+            alpha=self.prompt_alpha * look.share,
+            conclusive=verdict.label in STOPPING_LABELS,
+        )
+        why = stopping.reason
+        if by_run:
+            why = f"{why}; the run stopped here: its pooled answer is conclusive"
+        record = dataclasses.replace(
+            record,
+            verdict=dataclasses.replace(verdict, reason=f"{verdict.reason} ({why})"),
+            figures={**record.figures, "stopping": stopping.to_dict()},
+        )
+        record = AnalysisRecord.from_dict(record.to_dict())
+        self.runner.results.append_analysis(record)
+        return record
+
+    def judge_run_at(
+        self,
+        by_prompt: Mapping[str, Sequence[PlanItem]],
+        done: Mapping[str, ResultRecord],
+        labels: Counter[Label],
+        look: Look | None,
+    ) -> RunJudgement:
+        """The run's answer over every prompt's seeds done up to ``look`` (all without looks),
+        at the pooled share of the run's level; over HTTP with the batched follow-up where a
+        pooled test rejects."""
+        seeds = look.seeds if look is not None else len(self.runner.config.seeds)
+        samples = {
+            key: [Sample.of(done[i.key]) for i in group[:seeds] if i.key in done]
+            for key, group in by_prompt.items()
+        }
+        alpha = self.runner.config.alpha * POOLED_SHARE * (look.share if look is not None else 1.0)
+        has_logits = self.has_logits
+        run = judge_run(
+            samples, labels, alpha=alpha, has_logits=has_logits, differences=self.runner.differences
+        )
+        if not has_logits and run.pooled.rejected() and not self.runner.differences:
+            batched = self._run_batched(by_prompt, samples, run.pooled.left_out, alpha)
+            run = judge_run(
+                samples,
+                labels,
+                alpha=alpha,
+                has_logits=has_logits,
+                differences=self.runner.differences,
+                batched=batched,
+            )
+        index, of = (look.index, look.of) if look is not None else (1, 1)
+        stopping = Stopping(
+            look=index,
+            looks=of,
+            seeds=seeds,
+            budget=len(self.runner.config.seeds),
+            alpha=alpha,
+            conclusive=run.verdict.label in RUN_STOPPING,
+        )
+        return dataclasses.replace(run, stopping=stopping)
+
+    def _run_batched(
+        self,
+        by_prompt: Mapping[str, Sequence[PlanItem]],
+        samples: Mapping[str, Sequence[Sample]],
+        left_out: Sequence[str],
+        alpha: float,
+    ) -> RunBatched:
+        """Over HTTP, after a pooled test rejected: the first `RUN_BATCHED_SEEDS` seeds of each
+        pooled prompt (fixed before any data, so the choice cannot favour a verdict) re-scored
+        batched and compared with the placebo, pooled."""
+        if not self.runner.evidence.can_rescore:
+            return RunBatched(error="the servers cannot re-score batched")
+        scored: list[Sample] = []
+        try:
+            for key, group in samples.items():
+                if key in left_out or not group:
+                    continue
+                prompt = self.runner.tokenize(by_prompt[key][:1])[key]
+                scored += self.runner.evidence.batched_samples(prompt, group[:RUN_BATCHED_SEEDS])
+        except EngineError as exc:
+            return RunBatched(error=str(exc).splitlines()[0])
+        finally:
+            self.runner.evidence.take_cost()
+        tests = batched_vs_placebo(scored, alpha=alpha)
+        return RunBatched(tests=tuple(tests), samples=len(scored))

@@ -1,0 +1,311 @@
+"""Temperature > 0 at run level: one answer for the deployment, from every prompt's evidence
+pooled (`pool`, then `equiv.verdicts.sampling.run_verdict.classify_run`).
+
+A sampler fault is a fault of the deployment, not of one prompt. Under H0 (the speculative path
+samples as plain decoding does) each emitted token's residual under the instrument's rows has mean
+0 given its context, so per-sample sums add over seeds *and* prompts: the run is one sample of
+samples, each sample a cluster. Every test here is the speculative samples against the *placebo*
+(the baseline's own samples through the very same instrument, `equiv.verdicts.sampling.placebo`),
+so an error the instrument makes on both cancels and the instrument alone cannot reject:
+
+- ``pit``: the randomized PITs' histograms (omnibus: any change of shape);
+- ``top-token``: the top token emitted in excess of what the rows imply (greedy-ish acceptance,
+  a too-cold sampler, "relaxed" acceptance of the runner-up);
+- ``temperature``: ``λ - 1`` of the tempered family ``p ** λ`` (a wrong temperature anywhere);
+- ``support``: tokens the configured chain cannot emit under the rows (a top-k/top-p/min-p cut-off
+  ignored, a residual without its clamp or its normalisation): an exact conditional binomial test
+  of the two paths' counts.
+
+They are Holm-adjusted among themselves at the run's pooled level. Beside each directed test a
+*bound*: the difference speculative minus placebo with its ``1 - 2 alpha`` confidence interval
+(the two one-sided tests of TOST at ``alpha``), in units a user reads. The margins are the
+smallest effects that matter (`MARGINS`): each is below the mildest reference fault that the
+sequential benchmark injects (``wrong_temp``: 18 % colder, ``greedy`` at 0.1: the top token
+about 3 points more often), so ``equivalent`` excludes them.
+
+Prompts whose samples were not scored by the instrument on both paths (re-scoring not offered or
+failed) are left out of the pool and counted. Pure functions of the samples; no model is called.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from equiv.json_types import JSONDict, JSONObject, json_float, json_int, json_list, json_object
+from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.pit_tests import adjusted, pipeline, pit_seed, tokens_of, vs_placebo
+from equiv.verdicts.sampling.placebo import tempering, top_excess
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.stats import TestResult, randomized_pit
+from equiv.verdicts.stats.result import not_enough
+
+__all__ = ["MARGINS", "Bound", "Effect", "PooledAnalysis", "pool", "support_vs_placebo"]
+
+
+class Effect(str, enum.Enum):
+    """The directed statistics that carry a bound."""
+
+    TOP_TOKEN = "top-token"
+    TEMPERATURE = "temperature"
+    SUPPORT = "support"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The smallest effect that matters, per statistic (speculative minus placebo): 2 points of
+#: top-token rate per token; ``λ - 1`` of 0.1 (an effective temperature off by 9-11 %); 0.2 %
+#: of tokens outside the chain's support.
+MARGINS: Mapping[Effect, float] = {
+    Effect.TOP_TOKEN: 0.02,
+    Effect.TEMPERATURE: 0.1,
+    Effect.SUPPORT: 0.002,
+}
+
+_UNITS = {
+    Effect.TOP_TOKEN: "top-token rate, per token",
+    Effect.TEMPERATURE: "λ - 1 (p ** λ; > 0 colder)",
+    Effect.SUPPORT: "share of tokens outside the chain's support",
+}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One directed statistic's difference, speculative minus placebo, with its ``1 - 2 alpha``
+    interval and the margin it must lie within for ``equivalent``."""
+
+    effect: Effect
+    estimate: float
+    low: float
+    high: float
+    margin: float
+
+    @property
+    def within(self) -> bool:
+        return -self.margin < self.low and self.high < self.margin
+
+    @property
+    def line(self) -> str:
+        inside = "within" if self.within else "not within"
+        return (
+            f"{self.effect}: {self.estimate:+.4f} [{self.low:+.4f}, {self.high:+.4f}] "
+            f"({_UNITS[self.effect]}), {inside} +-{self.margin:g}"
+        )
+
+    def seeds_factor(self) -> float | None:
+        """How many times the seeds would bring the interval within the margin, if the estimate
+        stayed where it is (the half-width shrinks as one over the root of the samples); None
+        where the estimate itself is at or past the margin."""
+        half = (self.high - self.low) / 2
+        room = self.margin - abs(self.estimate)
+        if room <= 0:
+            return None
+        return max(1.0, (half / room) ** 2)
+
+    def to_dict(self) -> JSONDict:
+        return {
+            "effect": self.effect.value,
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "margin": self.margin,
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject) -> Bound:
+        return cls(
+            effect=Effect(str(data["effect"])),
+            estimate=json_float(data["estimate"]),
+            low=json_float(data["low"]),
+            high=json_float(data["high"]),
+            margin=json_float(data["margin"]),
+        )
+
+
+@dataclass(frozen=True)
+class PooledAnalysis:
+    """The run's pooled tests and bounds at one level.
+
+    prompts: the prompts pooled; left_out: the keys of those without the evidence; samples and
+    tokens: what was pooled (tokens per path); seeds: the most seeds any pooled prompt has."""
+
+    alpha: float
+    prompts: int
+    samples: int
+    tokens: int
+    seeds: int
+    tests: tuple[ScoredTest, ...] = ()
+    bounds: tuple[Bound, ...] = ()
+    left_out: tuple[str, ...] = ()
+    #: the prompts whose own comparison with the placebo is strongest, smallest p first
+    carriers: tuple[tuple[str, float], ...] = ()
+
+    def rejected(self) -> list[ScoredTest]:
+        return [t for t in self.tests if t.p_adjusted < self.alpha]
+
+    def lines(self) -> tuple[str, ...]:
+        """What was pooled, each test with its Holm p, and each bound: a line each, for the
+        terminal and the report."""
+        left = f", {len(self.left_out)} left out (no placebo)" if self.left_out else ""
+        head = (
+            f"pooled over {self.prompts} prompt(s){left}: {self.samples} samples, "
+            f"{self.tokens} speculative tokens, alpha {self.alpha:.3g}"
+        )
+        tests = [f"{t.name}: Holm p {t.p_adjusted:.3g}; {t.summary}" for t in self.tests]
+        return (head, *tests, *(b.line for b in self.bounds))
+
+    def to_dict(self) -> JSONDict:
+        return {
+            "alpha": self.alpha,
+            "prompts": self.prompts,
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "seeds": self.seeds,
+            "tests": [t.to_dict() for t in self.tests],
+            "bounds": [b.to_dict() for b in self.bounds],
+            "left_out": list(self.left_out),
+            "carriers": [[key, p] for key, p in self.carriers],
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject) -> PooledAnalysis:
+        return cls(
+            alpha=json_float(data["alpha"]),
+            prompts=json_int(data["prompts"]),
+            samples=json_int(data["samples"]),
+            tokens=json_int(data["tokens"]),
+            seeds=json_int(data["seeds"]),
+            tests=tuple(ScoredTest.from_dict(json_object(t)) for t in json_list(data["tests"])),
+            bounds=tuple(Bound.from_dict(json_object(b)) for b in json_list(data["bounds"])),
+            left_out=tuple(str(k) for k in json_list(data.get("left_out", []))),
+            carriers=tuple(
+                (str(pair[0]), json_float(pair[1]))
+                for row in json_list(data.get("carriers", []))
+                if len(pair := json_list(row)) == 2
+            ),
+        )
+
+
+def support_vs_placebo(
+    speculative: tuple[int, int], placebo: tuple[int, int], *, alpha: float
+) -> TestResult:
+    """Does the speculative path emit more tokens outside the chain's support than the placebo?
+    Each path gives ``(outside, tokens)``. Given ``a + b`` tokens outside on both, ``a`` is
+    binomial with the speculative share of tokens under H0: the exact one-sided p-value."""
+    (a, n_s), (b, n_b) = speculative, placebo
+    name = "support_vs_placebo"
+    if min(n_s, n_b) < 1:
+        return not_enough(name, alpha, n_s + n_b, "no tokens on a path")
+    share = n_s / (n_s + n_b)
+    p_value = float(sps.binom.sf(a - 1, a + b, share)) if a else 1.0
+    detail = (
+        f"tokens outside the chain's support: speculative {a} of {n_s}, placebo {b} of {n_b}; "
+        f"exact binomial test of the speculative share of the {a + b} given {share:.3f}"
+    )
+    return TestResult(name, float(a), p_value, alpha, n_s + n_b, None, None, a / n_s, detail)
+
+
+def _interval(
+    estimates: tuple[float, float, int], placebo: tuple[float, float, int], alpha: float
+) -> tuple[float, float, float]:
+    """The difference of two cluster estimates ``(θ, var, m)`` and its ``1 - 2 alpha``
+    interval (Student's t with ``min(m) - 1`` degrees of freedom)."""
+    diff = estimates[0] - placebo[0]
+    df = max(min(estimates[2], placebo[2]) - 1, 1)
+    half = float(sps.t.isf(alpha, df)) * math.sqrt(estimates[1] + placebo[1])
+    return diff, diff - half, diff + half
+
+
+def _cp(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """The one-sided Clopper-Pearson bounds ``(low, high)`` of ``k`` in ``n``, each at ``alpha``."""
+    low = 0.0 if k == 0 else float(sps.beta.ppf(alpha, k, n - k + 1))
+    high = 1.0 if k == n else float(sps.beta.isf(alpha, k + 1, n - k))
+    return low, high
+
+
+def _bounds(records: Sequence[Sample], key: str, alpha: float) -> tuple[Bound, ...]:
+    """The directed statistics' differences with their intervals, samples as clusters."""
+    seed = pit_seed(records) + 11
+    paths = ("speculative", "baseline")
+    data = {path: tokens_of(records, path, key) for path in paths}
+    rng = np.random.default_rng(seed)
+    bounds = []
+    top = [top_excess(p[:, 0] == 0.0, p[:, 2], ids) for p, ids, _ in data.values()]
+    diff, low, high = _interval(top[0], top[1], alpha)
+    bounds.append(Bound(Effect.TOP_TOKEN, diff, low, high, MARGINS[Effect.TOP_TOKEN]))
+    if all(sens is not None for _, _, sens in data.values()):
+        lam = []
+        for pits, ids, sens in data.values():
+            assert sens is not None
+            u = randomized_pit(pits[:, 0], pits[:, 1], rng)
+            theta, var, m, _ = tempering(u, sens, ids)
+            lam.append((theta, var, m))
+        diff, low, high = _interval(lam[0], lam[1], alpha)
+        bounds.append(Bound(Effect.TEMPERATURE, diff, low, high, MARGINS[Effect.TEMPERATURE]))
+    (ps, _, _), (pb, _, _) = data.values()
+    a, b = int(np.sum(ps[:, 1] == 0.0)), int(np.sum(pb[:, 1] == 0.0))
+    lo_s, hi_s = _cp(a, len(ps), alpha / 2)
+    lo_b, hi_b = _cp(b, len(pb), alpha / 2)
+    support = a / len(ps) - b / len(pb)
+    bounds.append(Bound(Effect.SUPPORT, support, lo_s - hi_b, hi_s - lo_b, MARGINS[Effect.SUPPORT]))
+    return tuple(bounds)
+
+
+def _support(records: Sequence[Sample], key: str, alpha: float) -> TestResult:
+    counts = []
+    for path in ("speculative", "baseline"):
+        pits, _, _ = tokens_of(records, path, key)
+        counts.append((int(np.sum(pits[:, 1] == 0.0)), len(pits)))
+    result = support_vs_placebo(counts[0], counts[1], alpha=alpha)
+    return dataclasses.replace(result, name="support:pooled")
+
+
+def _carriers(
+    by_prompt: Mapping[str, Sequence[Sample]], key: str, alpha: float
+) -> tuple[tuple[str, float], ...]:
+    """The three prompts whose own comparison with the placebo is strongest (smallest
+    unadjusted p over their tests): where the pooled evidence lives."""
+    smallest = []
+    for prompt, samples in by_prompt.items():
+        tests = vs_placebo(samples, key, key, alpha, 0.1, "")
+        smallest.append((prompt, min(t.p_value for t in tests)))
+    return tuple(sorted(smallest, key=lambda x: x[1])[:3])
+
+
+def pool(
+    by_prompt: Mapping[str, Sequence[Sample]], *, alpha: float, has_logits: bool
+) -> PooledAnalysis:
+    """The pooled tests and bounds over every prompt's samples (``by_prompt``: prompt key ->
+    its samples) at the pooled level ``alpha``. In process each path's samples are scored under
+    the rows it reported; over HTTP under the target's single-token re-scoring, for both."""
+    key = "chain_pit" if has_logits else "target_pit"
+    pooled = {p: s for p, s in by_prompt.items() if s and len(pipeline(s, has_logits)) == 2}
+    left_out = tuple(p for p in by_prompt if p not in pooled)
+    records = [s for samples in pooled.values() for s in samples]
+    seeds = max((len(s) for s in pooled.values()), default=0)
+    if not records:
+        return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out)
+    tests = [
+        dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
+        for t in vs_placebo(records, key, key, alpha, 0.1, "")
+    ]
+    tests.append(_support(records, key, alpha))
+    tokens = len(tokens_of(records, "speculative", key)[0])
+    return PooledAnalysis(
+        alpha=alpha,
+        prompts=len(pooled),
+        samples=len(records),
+        tokens=tokens,
+        seeds=seeds,
+        tests=tuple(adjusted(tests)),
+        bounds=_bounds(records, key, alpha),
+        left_out=left_out,
+        carriers=_carriers(pooled, key, alpha),
+    )

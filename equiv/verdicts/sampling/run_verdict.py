@@ -1,0 +1,281 @@
+"""The run's verdict at temperature > 0, from the pooled analysis (`pooled.pool`) and the
+prompts' own labels. In order:
+
+- ``misconfiguration`` when the two paths' fingerprints differ;
+- ``inconclusive`` when no prompt could be pooled (no placebo anywhere: re-scoring not offered
+  or failed on every prompt);
+- ``sampler-bug`` when a pooled test of the speculative samples against the placebo rejects at
+  the pooled level: in process at once; over HTTP only if the speculative samples re-scored
+  *batched*, as verification evaluates them, still differ from the placebo (the pooled batched
+  follow-up, `RunBatched`); ``numeric-drift`` if they then agree and that comparison had the
+  power, ``inconclusive`` if not or if it could not be asked;
+- ``sampler-bug`` when a prompt's own verdict is (each prompt judged at its share of the other
+  half of the run's level);
+- ``numeric-drift`` when prompts differ only by numeric drift (their own verdicts);
+- ``equivalent`` when nothing rejects and every bound lies within its margin;
+- ``inconclusive`` otherwise, with the seeds that would bring the bounds within their margins.
+
+The run's level is ``alpha``: half of it for the pooled tests, half shared by the prompts, so by
+the union bound a correct deployment is called ``sampler-bug`` with probability at most
+``alpha`` (at every look of a sequential run: `equiv.verdicts.stats.sequential`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from equiv.config import Mode
+from equiv.json_types import JSONDict, JSONObject, json_list, json_object
+from equiv.records import AnalysisRecord, ResultRecord, RunRecord
+from equiv.records.verdict import Label, Verdict
+from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.pooled import PooledAnalysis, pool
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.verdict import MIN_POWER
+from equiv.verdicts.stats.sequential import Stopping
+from equiv.verdicts.temp0.classify import misconfiguration
+
+__all__ = [
+    "POOLED_SHARE",
+    "RUN_STOPPING",
+    "RunBatched",
+    "RunJudgement",
+    "classify_run",
+    "judge_results",
+    "judge_run",
+]
+
+#: The pooled tests' share of the run's level; the prompts share the rest.
+POOLED_SHARE = 0.5
+#: The run verdicts that stop a sequential run at an early look (the last look always does).
+RUN_STOPPING = frozenset({Label.SAMPLER_BUG, Label.EQUIVALENT, Label.MISCONFIGURATION})
+
+
+@dataclass(frozen=True)
+class RunBatched:
+    """Over HTTP, after a pooled test rejected: the speculative samples re-scored batched
+    against the placebo, pooled over the prompts (``tests``), or why that could not be asked."""
+
+    tests: tuple[ScoredTest, ...] = ()
+    error: str | None = None
+    samples: int = 0
+
+    def to_dict(self) -> JSONDict:
+        return {
+            "tests": [t.to_dict() for t in self.tests],
+            "error": self.error,
+            "samples": self.samples,
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject) -> RunBatched:
+        error = data.get("error")
+        return cls(
+            tests=tuple(ScoredTest.from_dict(json_object(t)) for t in json_list(data["tests"])),
+            error=None if error is None else str(error),
+            samples=int(str(data.get("samples", 0))),
+        )
+
+
+def _evidence(labels: Counter[Label]) -> JSONDict:
+    """The verdict's own evidence: the prompts' labels counted (the pooled tests and bounds are
+    the run record's, `RunJudgement`)."""
+    return {"labels": {label.value: n for label, n in labels.items() if n}}
+
+
+def _where(pooled: PooledAnalysis) -> str:
+    if not pooled.carriers:
+        return ""
+    shown = ", ".join(f"{key} (p {p:.2g})" for key, p in pooled.carriers)
+    return f"; the evidence is strongest in {shown}"
+
+
+def _scope(pooled: PooledAnalysis) -> str:
+    out = (
+        f"{pooled.prompts} prompt(s), {pooled.samples} samples, {pooled.tokens} speculative "
+        f"tokens pooled"
+    )
+    if pooled.prompts == 1:
+        out += " (one prompt: nothing is pooled across prompts)"
+    if pooled.left_out:
+        out += f"; {len(pooled.left_out)} prompt(s) left out without a placebo"
+    return out
+
+
+def _batched_answer(
+    pooled: PooledAnalysis, kinds: Sequence[str], batched: RunBatched | None
+) -> tuple[Label, str]:
+    if batched is None or not batched.tests:
+        why = (batched.error if batched else None) or "the target's batched rows were not asked"
+        return Label.INCONCLUSIVE, f"whether numeric drift explains it could not be checked: {why}"
+    alpha = pooled.alpha
+    rejects = [t for t in batched.tests if t.p_adjusted < alpha]
+    shown = ", ".join(f"{t.kind} p = {t.p_adjusted:.2g}" for t in batched.tests)
+    over = f"{batched.samples} samples re-scored batched"
+    if rejects:
+        return Label.SAMPLER_BUG, (
+            f"and re-scored batched, as draft verification evaluates them ({over}), they still "
+            f"differ from the placebo ({shown}): numeric drift does not explain it"
+        )
+    powers = [t.power or 0.0 for t in batched.tests if t.kind in kinds]
+    if not powers or min(powers) < MIN_POWER:
+        return Label.INCONCLUSIVE, (
+            f"re-scored batched ({over}) they do not differ from the placebo ({shown}), but "
+            f"that comparison had power {min(powers, default=0.0):.2f} only: whether numeric "
+            "drift explains it is not shown"
+        )
+    return Label.NUMERIC_DRIFT, (
+        f"but re-scored batched ({over}) they agree with the placebo ({shown}; power "
+        f"{min(powers):.2f}): the difference between single-token and batched evaluation"
+    )
+
+
+def classify_run(
+    pooled: PooledAnalysis,
+    *,
+    prompt_labels: Counter[Label],
+    differences: Sequence[str] = (),
+    has_logits: bool = True,
+    batched: RunBatched | None = None,
+) -> Verdict:
+    """The run's verdict (the rules in order: this module's docstring)."""
+    ev = _evidence(prompt_labels)
+    if differences:
+        return misconfiguration(differences, "the pooled tests were not asked")
+    if pooled.prompts == 0:
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"no prompt could be pooled: {len(pooled.left_out)} prompt(s) have no placebo "
+            "(re-scoring not offered, or it failed)",
+            ev,
+        )
+    scope = _scope(pooled)
+    rejects = pooled.rejected()
+    if rejects:
+        shown = "; ".join(
+            f"{t.name} p = {t.p_adjusted:.2g} (Holm, alpha {pooled.alpha:.2g}): {t.summary}"
+            for t in rejects
+        )
+        found = (
+            f"pooled over the run ({scope}), the speculative samples differ from the "
+            f"placebo's: {shown}{_where(pooled)}"
+        )
+        if has_logits:
+            return Verdict(Label.SAMPLER_BUG, found, ev)
+        label, why = _batched_answer(pooled, [t.kind for t in rejects], batched)
+        return Verdict(label, f"{found}; {why}", ev)
+    n_bug = prompt_labels.get(Label.SAMPLER_BUG, 0)
+    if n_bug:
+        return Verdict(
+            Label.SAMPLER_BUG,
+            f"no pooled test rejects ({scope}), but {n_bug} prompt(s) show a sampler fault on "
+            "their own (a fault on few prompts dilutes in the pool)",
+            ev,
+        )
+    bounds = "; ".join(b.line for b in pooled.bounds)
+    n_drift = prompt_labels.get(Label.NUMERIC_DRIFT, 0)
+    if n_drift:
+        return Verdict(
+            Label.NUMERIC_DRIFT,
+            f"no pooled test of the sampler rejects ({scope}; {bounds}), but {n_drift} "
+            "prompt(s)' outputs differ by numeric drift",
+            ev,
+        )
+    if pooled.bounds and all(b.within for b in pooled.bounds):
+        return Verdict(
+            Label.EQUIVALENT,
+            f"no pooled test rejects at alpha {pooled.alpha:.2g} and every effect is bounded "
+            f"within its margin ({scope}; {bounds})",
+            ev,
+        )
+    factors = [b.seeds_factor() for b in pooled.bounds if not b.within]
+    if any(f is None for f in factors):
+        more = "an estimate lies at its margin: more seeds will tell which side"
+    else:
+        need = math.ceil(pooled.seeds * max(f for f in factors if f is not None))
+        more = f"about {need} seeds a prompt would bring them within"
+    return Verdict(
+        Label.INCONCLUSIVE,
+        f"no pooled test rejects, but not every effect is bounded within its margin ({scope}; "
+        f"{bounds}): {more}",
+        ev,
+    )
+
+
+@dataclass(frozen=True)
+class RunJudgement:
+    """The run's answer with what it rests on, as its `RunRecord` holds it: the pooled tests
+    and bounds, over HTTP the batched follow-up, and in a sequential run where it stopped."""
+
+    pooled: PooledAnalysis
+    verdict: Verdict
+    batched: RunBatched | None = None
+    stopping: Stopping | None = None
+
+    def record(self) -> RunRecord:
+        figures: JSONDict = {"pooled": self.pooled.to_dict()}
+        if self.batched is not None:
+            figures["batched"] = self.batched.to_dict()
+        if self.stopping is not None:
+            figures["stopping"] = self.stopping.to_dict()
+        return RunRecord(verdict=self.verdict, figures=figures)
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RunJudgement:
+        """A run record's judgement, as the file holds it."""
+        figures = record.figures
+        batched = figures.get("batched")
+        stopping = figures.get("stopping")
+        return cls(
+            pooled=PooledAnalysis.from_dict(json_object(figures["pooled"])),
+            verdict=record.verdict,
+            batched=None if batched is None else RunBatched.from_dict(json_object(batched)),
+            stopping=None if stopping is None else Stopping.from_dict(json_object(stopping)),
+        )
+
+
+def judge_run(
+    by_prompt: Mapping[str, Sequence[Sample]],
+    prompt_labels: Counter[Label],
+    *,
+    alpha: float,
+    has_logits: bool,
+    differences: Sequence[str] = (),
+    batched: RunBatched | None = None,
+) -> RunJudgement:
+    """The pooled analysis of ``by_prompt`` (prompt key -> its samples) at the pooled level
+    ``alpha`` and the run's verdict from it and the prompts' labels."""
+    pooled = pool(by_prompt, alpha=alpha, has_logits=has_logits)
+    verdict = classify_run(
+        pooled,
+        prompt_labels=prompt_labels,
+        differences=differences,
+        has_logits=has_logits,
+        batched=batched,
+    )
+    return RunJudgement(pooled, verdict, batched)
+
+
+def judge_results(
+    results: Iterable[ResultRecord],
+    analyses: Iterable[AnalysisRecord],
+    *,
+    alpha: float,
+    has_logits: bool,
+    differences: Sequence[str] = (),
+) -> RunJudgement | None:
+    """The run's answer from a file's sampled results and prompt analyses alone, where the run
+    recorded none itself (a pytest session, which checks one prompt at a time): the pooled
+    tests at ``alpha`` (the run's level times `POOLED_SHARE`), without a batched follow-up.
+    None where nothing was sampled."""
+    by_prompt: dict[str, list[Sample]] = {}
+    for record in results:
+        if record.mode is Mode.SAMPLING:
+            by_prompt.setdefault(record.prompt.key, []).append(Sample.of(record))
+    if not by_prompt:
+        return None
+    labels = Counter(a.judged.label for a in analyses)
+    return judge_run(by_prompt, labels, alpha=alpha, has_logits=has_logits, differences=differences)

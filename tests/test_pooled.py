@@ -1,0 +1,239 @@
+"""The run's pooled answer at temperature > 0 (`equiv.verdicts.sampling.pooled`,
+`equiv.verdicts.sampling.run_verdict`), on simulated prompts through the real sampler chain.
+
+Each simulated prompt is a first-order chain over a small vocabulary with its own random logits;
+both paths sample from it through `equiv.engines.chain` and carry the evidence a run records in
+process (`chain_evidence`). A faulty speculative path samples from the chain tempered colder or
+with extra mass on the top token. Everything is seeded: numpy's generators give the same draws on
+every machine, so no outcome depends on a CPU's rounding of a near-tie.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from equiv.config import SamplingConfig
+from equiv.engines.chain import chain_distribution
+from equiv.records import RUN_KEY, RunRecord, parse_record
+from equiv.records.verdict import Label
+from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.pooled import (
+    MARGINS,
+    Bound,
+    Effect,
+    PooledAnalysis,
+    pool,
+    support_vs_placebo,
+)
+from equiv.verdicts.sampling.run_verdict import (
+    RunBatched,
+    RunJudgement,
+    classify_run,
+    judge_run,
+)
+from equiv.verdicts.sampling.samples import PathSample, Sample
+from equiv.verdicts.sampling.token_evidence import chain_evidence
+
+SAMPLING = SamplingConfig(temp=0.8)
+VOCAB = 32
+ALPHA = 0.005
+
+
+def _faulty(probs, fault):
+    if fault == "wrong_temp":  # about 18 % colder
+        tempered = np.power(probs, 1 / 0.85)
+        return tempered / tempered.sum()
+    if fault == "greedy":  # the top token 10 % of the time on top of the chain
+        mixed = 0.9 * probs
+        mixed[np.argmax(probs)] += 0.1
+        return mixed
+    return probs
+
+
+def _path(rng, logits, n, fault):
+    tokens, rows, prev = [], [], 0
+    for _ in range(n):
+        ids, probs = chain_distribution(logits[prev], tokens, SAMPLING)
+        token = int(ids[rng.choice(ids.size, p=_faulty(probs, fault))])
+        tokens.append(token)
+        rows.append(logits[prev])
+        prev = token
+    pits, sens = chain_evidence(np.asarray(rows), tokens, SAMPLING)
+    return PathSample(
+        tokens=tuple(tokens),
+        pits={"chain_pit": tuple(map(tuple, pits))},
+        sensitivities={"chain_sensitivity": tuple(sens)},
+    )
+
+
+def simulate(prompts, seeds, fault="none", *, tokens=32, faulty_prompts=None, base=0):
+    """``prompts`` simulated prompts x ``seeds`` samples; the fault on ``faulty_prompts`` of
+    them (default: all)."""
+    out = {}
+    for p in range(prompts):
+        rng = np.random.default_rng([base + p, 2026])
+        logits = rng.normal(0.0, 2.5, size=(VOCAB, VOCAB)).astype(np.float32)
+        bad = fault if faulty_prompts is None or p in faulty_prompts else "none"
+        key = f"sim/p{p}"
+        out[key] = [
+            Sample(
+                f"{key}::sampling::seed{s}",
+                _path(rng, logits, tokens, "none"),
+                _path(rng, logits, tokens, bad),
+            )
+            for s in range(seeds)
+        ]
+    return out
+
+
+@pytest.fixture(scope="module")
+def placebo_run():
+    return simulate(8, 32)
+
+
+def test_a_correct_sampler_pooled_over_prompts_is_equivalent_within_every_margin(placebo_run):
+    judged = judge_run(placebo_run, Counter(), alpha=ALPHA, has_logits=True)
+    assert judged.pooled.prompts == 8
+    assert judged.pooled.samples == 8 * 32
+    assert not judged.pooled.rejected()
+    assert {b.effect for b in judged.pooled.bounds} == set(Effect)
+    assert all(b.within for b in judged.pooled.bounds), judged.verdict.reason
+    assert judged.verdict.label is Label.EQUIVALENT, judged.verdict.reason
+    assert "within +-0.02" in judged.verdict.reason
+
+
+def test_the_same_evidence_judged_prompt_by_prompt_cannot_say_equivalent(placebo_run):
+    """What pooling buys: each prompt alone has 32 samples, too few for its bounds."""
+    for key, samples in placebo_run.items():
+        alone = judge_run({key: samples}, Counter(), alpha=ALPHA, has_logits=True)
+        assert alone.verdict.label is Label.INCONCLUSIVE
+        assert "one prompt: nothing is pooled" in alone.verdict.reason
+        assert "seeds a prompt would bring them within" in alone.verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("fault", "test"), [("wrong_temp", "temperature"), ("greedy", "top-token")]
+)
+def test_a_faulty_sampler_is_a_sampler_bug_with_the_directed_test_rejecting(fault, test):
+    judged = judge_run(simulate(8, 16, fault), Counter(), alpha=ALPHA, has_logits=True)
+    assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
+    names = {t.kind for t in judged.pooled.rejected()}
+    assert test in names, judged.verdict.reason
+    assert "pooled over the run (8 prompt(s), 128 samples" in judged.verdict.reason
+    bound = {b.effect.value: b for b in judged.pooled.bounds}[test]
+    assert bound.low > 0  # colder, or the top token too often: the interval excludes 0
+
+
+def test_a_fault_on_half_the_prompts_names_where_the_evidence_lives():
+    """Diluted by the correct prompts (half the effect per pooled token), the fault needs more
+    seeds than on every prompt, and the answer names the faulty prompts first."""
+    run = simulate(4, 128, "greedy", faulty_prompts={1, 3})
+    judged = judge_run(run, Counter(), alpha=ALPHA, has_logits=True)
+    assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
+    carriers = [key for key, _ in judged.pooled.carriers]
+    assert set(carriers[:2]) == {"sim/p1", "sim/p3"}, carriers
+
+
+def test_the_pooled_bounds_are_in_units_a_user_reads_and_say_what_would_decide():
+    bound = Bound(Effect.TEMPERATURE, 0.02, -0.13, 0.17, MARGINS[Effect.TEMPERATURE])
+    assert not bound.within
+    assert bound.seeds_factor() == pytest.approx((0.15 / 0.08) ** 2)
+    assert "λ - 1" in bound.line
+    assert "not within +-0.1" in bound.line
+    at_margin = Bound(Effect.TOP_TOKEN, 0.03, 0.01, 0.05, 0.02)
+    assert at_margin.seeds_factor() is None  # more seeds cannot bring it within
+
+
+def test_support_violations_are_an_exact_test_of_the_two_paths_counts():
+    assert support_vs_placebo((0, 4000), (0, 4000), alpha=ALPHA).p_value == 1.0
+    five = support_vs_placebo((5, 4000), (0, 4000), alpha=ALPHA)
+    assert five.p_value == pytest.approx(0.5**5)  # all 5 on one path of two equal halves
+    assert not five.rejects  # 0.031 > 0.005
+    assert support_vs_placebo((12, 4000), (0, 4000), alpha=ALPHA).rejects
+    assert not support_vs_placebo((0, 4000), (12, 4000), alpha=ALPHA).rejects  # one-sided
+
+
+def test_prompts_without_a_placebo_are_left_out_and_counted(placebo_run):
+    # Over HTTP the instrument is the target's re-scoring (target_pit): these samples lack it.
+    judged = judge_run(placebo_run, Counter(), alpha=ALPHA, has_logits=False)
+    assert judged.pooled.prompts == 0
+    assert len(judged.pooled.left_out) == 8
+    assert judged.verdict.label is Label.INCONCLUSIVE
+    assert "no prompt could be pooled: 8 prompt(s) have no placebo" in judged.verdict.reason
+    part = {**placebo_run, "sim/empty": []}
+    partial = judge_run(part, Counter(), alpha=ALPHA, has_logits=True)
+    assert partial.pooled.left_out == ("sim/empty",)
+    assert "1 prompt(s) left out without a placebo" in partial.verdict.reason
+
+
+def _http(run):
+    """The simulated samples as an HTTP run records them: scored by re-scoring (target_pit)."""
+
+    def moved(path):
+        return PathSample(
+            tokens=path.tokens,
+            pits={"target_pit": path.pits["chain_pit"]},
+            sensitivities={"target_sensitivity": path.sensitivities["chain_sensitivity"]},
+        )
+
+    return {
+        k: [Sample(s.key, moved(s.baseline), moved(s.speculative)) for s in v]
+        for k, v in run.items()
+    }
+
+
+def _batched_test(p_adjusted, power):
+    return ScoredTest(
+        "top-token:vs-placebo-batched", 3.0, p_adjusted, p_adjusted, 500, "d", power=power
+    )
+
+
+def test_over_http_a_pooled_rejection_needs_the_batched_follow_up_to_be_a_sampler_bug():
+    run = _http(simulate(8, 16, "greedy"))
+    unchecked = judge_run(run, Counter(), alpha=ALPHA, has_logits=False)
+    assert unchecked.pooled.rejected()
+    assert unchecked.verdict.label is Label.INCONCLUSIVE
+    assert "whether numeric drift explains it could not be checked" in unchecked.verdict.reason
+    cases = [
+        (RunBatched(tests=(_batched_test(1e-6, 0.99),), samples=64), Label.SAMPLER_BUG),
+        (RunBatched(tests=(_batched_test(0.6, 0.95),), samples=64), Label.NUMERIC_DRIFT),
+        (RunBatched(tests=(_batched_test(0.6, 0.3),), samples=64), Label.INCONCLUSIVE),
+        (RunBatched(error="the server timed out"), Label.INCONCLUSIVE),
+    ]
+    for batched, label in cases:
+        judged = judge_run(run, Counter(), alpha=ALPHA, has_logits=False, batched=batched)
+        assert judged.verdict.label is label, (batched, judged.verdict.reason)
+    assert (
+        "the server timed out"
+        in judge_run(
+            run, Counter(), alpha=ALPHA, has_logits=False, batched=cases[-1][0]
+        ).verdict.reason
+    )
+
+
+def test_the_prompts_labels_speak_where_the_pool_does_not(placebo_run):
+    pooled = pool(placebo_run, alpha=ALPHA, has_logits=True)
+    bug = classify_run(pooled, prompt_labels=Counter({Label.SAMPLER_BUG: 1}))
+    assert bug.label is Label.SAMPLER_BUG
+    assert "1 prompt(s) show a sampler fault on their own" in bug.reason
+    drift = classify_run(pooled, prompt_labels=Counter({Label.NUMERIC_DRIFT: 2}))
+    assert drift.label is Label.NUMERIC_DRIFT
+    # per-prompt inconclusive no longer makes the run inconclusive
+    many = classify_run(pooled, prompt_labels=Counter({Label.INCONCLUSIVE: 8}))
+    assert many.label is Label.EQUIVALENT
+    assert many.evidence == {"labels": {"inconclusive": 8}}
+    setup = classify_run(pooled, prompt_labels=Counter(), differences=["n_ctx: 2048 vs 4096"])
+    assert setup.label is Label.MISCONFIGURATION
+
+
+def test_the_run_record_holds_the_judgement_and_reads_back_the_same(placebo_run):
+    judged = judge_run(placebo_run, Counter({Label.INCONCLUSIVE: 8}), alpha=ALPHA, has_logits=True)
+    assert PooledAnalysis.from_dict(judged.pooled.to_dict()) == judged.pooled
+    record = judged.record()
+    assert record.key == RUN_KEY
+    again = parse_record(record.to_dict())
+    assert isinstance(again, RunRecord)
+    assert RunJudgement.of(again) == judged
+    batched = RunBatched(tests=(_batched_test(0.5, 0.9),), error=None, samples=64)
+    assert RunBatched.from_dict(batched.to_dict()) == batched
