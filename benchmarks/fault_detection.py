@@ -27,6 +27,16 @@ subset of seeds is then judged exactly as a run judges a prompt (`analyze` at al
   limit is that count. `off_by_one` records the wrong rows by construction, so it has no limit.
 
     python benchmarks/fault_detection.py [--prompt chat/haiku_autumn] [--seeds 48] [--max-tokens 24]
+
+``--pooled P1,P2,...``: the run's pooled answer instead (issue 32). Every engine samples each
+of the prompts named for ``--seeds`` seeds; a subset is the same random seeds on every prompt
+(a run with fewer seeds), judged as the run judges itself (`judge_run` at alpha x
+`POOLED_SHARE`: the pooled tests of the emitted tokens against the placebo, which see no
+judgement evidence, so both power columns are the same test); the Neyman-Pearson limit is over
+all the prompts' positions; false positives are disjoint groups of seeds on all prompts.
+
+    python benchmarks/fault_detection.py --pooled chat/haiku_autumn,chat/cpu_explain,... \
+        --seeds 24 --max-tokens 24
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import argparse
 import dataclasses
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +64,7 @@ from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, judge_run
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import classify_sampling
 
@@ -169,6 +181,12 @@ def _add(
 def sample_pool(
     engine: str, prompt_key: str, seeds: int, max_tokens: int, tmp: Path, moments: Moments
 ) -> list[Sample]:
+    return sample_pools(engine, [prompt_key], seeds, max_tokens, tmp, moments)[prompt_key]
+
+
+def sample_pools(
+    engine: str, keys: Sequence[str], seeds: int, max_tokens: int, tmp: Path, moments: Moments
+) -> dict[str, list[Sample]]:
     pair = resolve_pair()
     config = RunConfig(
         target=pair.target,
@@ -179,11 +197,46 @@ def sample_pool(
         max_tokens=max_tokens,
         draft_config=DraftConfig(draft_max=4),
     )
-    prompts = [p for p in load_suites() if p.key == prompt_key]
+    prompts = [p for p in load_suites() if p.key in keys]
     path = tmp / f"{engine.replace(':', '_')}.jsonl"
     with Runner(config, _recording(engine, moments), path, controls=False) as runner:
         runner.run(plan(prompts, config))
-        return [Sample.of(r) for r in runner.results.read().results]
+        out: dict[str, list[Sample]] = {key: [] for key in keys}
+        for record in runner.results.read().results:
+            out[record.prompt.key].append(Sample.of(record))
+        return out
+
+
+def pooled_flagged(pools: dict[str, list[Sample]], seeds: Sequence[int]) -> bool:
+    """Whether the run's pooled answer over these seeds (indices) of every prompt is
+    ``sampler-bug``."""
+    by_prompt = {key: [pool[i] for i in seeds] for key, pool in pools.items()}
+    judged = judge_run(by_prompt, Counter(), alpha=ALPHA * POOLED_SHARE, has_logits=True)
+    return judged.verdict.label is Label.SAMPLER_BUG
+
+
+def pooled_needed(pools: dict[str, list[Sample]], rng: np.random.Generator, reps: int) -> str:
+    """The fewest tokens (on all prompts together) with power >= 0.95, over seed subsets."""
+    seeds = min(len(p) for p in pools.values())
+    total = sum(tokens_of(p) for p in pools.values())
+    for k in (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64):
+        if k > seeds:
+            break
+        hits = sum(
+            pooled_flagged(pools, rng.choice(seeds, size=k, replace=False).tolist())
+            for _ in range(reps if k < seeds else 1)
+        )
+        if hits / (reps if k < seeds else 1) >= POWER:
+            return str(round(total * k / seeds))
+    return f"> {total}"
+
+
+def pooled_false_positives(pools: dict[str, list[Sample]], group: int) -> str:
+    seeds = min(len(p) for p in pools.values())
+    groups = [list(range(i, i + group)) for i in range(0, seeds - group + 1, group)]
+    hits = sum(pooled_flagged(pools, g) for g in groups)
+    upper = float(sps.beta.ppf(0.95, hits + 1, len(groups) - hits)) if hits < len(groups) else 1.0
+    return f"{hits}/{len(groups)} (95% upper bound {upper:.2f})"
 
 
 def black_box(pool: Sequence[Sample]) -> list[Sample]:
@@ -253,8 +306,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--pooled", help="prompt keys, comma-separated: judge the run pooled")
     args = parser.parse_args()
     rng = np.random.default_rng(2026)
+    if args.pooled:
+        pooled_main(args, rng)
+        return
     print(f"prompt {args.prompt}, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
     head = "engine | pool (tokens) | tokens for power >= 0.95 | same, emitted tokens only"
     limit = f"Neyman-Pearson limit at power {POWER}"
@@ -276,6 +333,35 @@ def main() -> None:
                     ratio = f"{int(full) / max(n, 1.0):.1f}x"
             print(
                 f"| {engine} | {tokens_of(pool)} | {full} | {blind} | {np_text} | {ratio} | {fp} | "
+                f"{time.perf_counter() - t0:.0f} s |",
+                flush=True,
+            )
+
+
+def pooled_main(args: argparse.Namespace, rng: np.random.Generator) -> None:
+    keys = args.pooled.split(",")
+    print(f"{len(keys)} prompts, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
+    print(
+        "| engine | pool (tokens) | tokens for power >= 0.95 (pooled, emitted tokens) | "
+        f"Neyman-Pearson limit at power {POWER} | ratio | flagged disjoint 4-seed runs | time |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for engine in args.engines.split(","):
+            t0 = time.perf_counter()
+            moments = Moments()
+            pools = sample_pools(engine, keys, args.seeds, args.max_tokens, Path(tmp), moments)
+            need = pooled_needed(pools, rng, args.reps)
+            fp = pooled_false_positives(pools, 4)
+            np_text, ratio = "-", "-"
+            if moments.m0:
+                n, how = moments.limit()
+                np_text = f"{n:.0f} ({how})" if np.isfinite(n) else "none (no fault visible)"
+                if np.isfinite(n) and need.isdigit():
+                    ratio = f"{int(need) / max(n, 1.0):.1f}x"
+            total = sum(tokens_of(p) for p in pools.values())
+            print(
+                f"| {engine} | {total} | {need} | {np_text} | {ratio} | {fp} | "
                 f"{time.perf_counter() - t0:.0f} s |",
                 flush=True,
             )

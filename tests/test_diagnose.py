@@ -256,3 +256,21 @@ def test_a_setting_given_to_the_baseline_only_is_a_finding() -> None:
     assert found[0].kind == "misconfiguration"
     assert "not reproduced" in found[0].explanation
     assert "spec" not in mapping.values
+
+
+def test_diagnose_leads_with_the_runs_pooled_answer_and_the_seeds_it_needs() -> None:
+    from collections import Counter
+
+    from equiv.cli.diagnose.verdict import verdict_lines
+    from equiv.verdicts.runs.summary import Summary
+    from equiv.verdicts.sampling.pooled import Bound, Effect, PooledAnalysis
+    from equiv.verdicts.sampling.run_verdict import RunJudgement, classify_run
+
+    wide = Bound(Effect.TOP_TOKEN, 0.0, -0.03, 0.03, 0.02)  # half-width 0.03 > margin 0.02
+    pooled = PooledAnalysis(0.005, prompts=6, samples=192, tokens=3000, seeds=32, bounds=(wide,))
+    verdict = classify_run(pooled, prompt_labels=Counter())
+    sampling = Summary(run=RunJudgement(pooled, verdict))
+    lines = verdict_lines(Summary(), sampling, draft_max=4, user_temp=0.2, analyses=[], seeds=32)
+    (line,) = [x for x in lines if x.startswith("at temp 0.2, pooled over 6 prompts")]
+    assert "inconclusive" in line
+    assert "rerun with --seeds 72 (now 32)" in line  # (0.03 / 0.02)**2 x 32 seeds

@@ -100,20 +100,26 @@ def _sampling_labels(model_pair, servers, tmp_path, fault: str, **kwargs: float)
     assert len(analyses) == len(SAMPLING_PROMPTS)
     for analysis in analyses:
         print(fault, analysis["key"], verdict_of(analysis).reason)
-    return [verdict_of(a).label for a in analyses]
+    (run,) = results.runs()
+    print(fault, "run", run.verdict.reason)
+    return [verdict_of(a).label for a in analyses], run
 
 
 def test_a_greedy_ish_verifier_is_a_sampler_bug_over_http(model_pair, servers, tmp_path):
-    labels = _sampling_labels(model_pair, servers, tmp_path, "greedy", rate=0.5)
+    labels, run = _sampling_labels(model_pair, servers, tmp_path, "greedy", rate=0.5)
     assert Label.SAMPLER_BUG in labels, labels
+    # pooled over the prompts, and still there once re-scored batched as verification evaluates
+    assert run.verdict.label is Label.SAMPLER_BUG, run.verdict.reason
+    assert run.figures["batched"]["tests"], run.figures
 
 
 def test_a_sampler_at_the_wrong_temperature_is_a_sampler_bug_over_http(
     model_pair, servers, tmp_path
 ):
     # the server samples at 0.8; where it reported the row, the proxy draws again at 0.4
-    labels = _sampling_labels(model_pair, servers, tmp_path, "wrong_temp", temp=0.4)
+    labels, run = _sampling_labels(model_pair, servers, tmp_path, "wrong_temp", temp=0.4)
     assert Label.SAMPLER_BUG in labels, labels
+    assert run.verdict.label is Label.SAMPLER_BUG, run.verdict.reason
 
 
 def test_the_unmodified_pair_gets_no_sampler_bug_over_http(model_pair, servers, tmp_path):
@@ -138,3 +144,14 @@ def test_the_unmodified_pair_gets_no_sampler_bug_over_http(model_pair, servers, 
         assert {"pit:vs-placebo", "top-token:vs-placebo", "temperature:vs-placebo"} <= names
         assert analysis["placebo"]["tests"]  # the placebo's own one-sample tests
         assert analysis["placebo"]["fidelity"]["positions"] > 0  # re-scoring's fidelity
+    (run,) = results.runs()
+    print("run", run.verdict.reason)
+    assert run.verdict.label is not Label.SAMPLER_BUG, run.verdict.reason
+    pooled = run.figures["pooled"]
+    assert pooled["prompts"] == len(SAMPLING_PROMPTS)  # every prompt pooled
+    assert {t["name"] for t in pooled["tests"]} == {
+        "pit:pooled",
+        "top-token:pooled",
+        "temperature:pooled",
+        "support:pooled",
+    }

@@ -12,6 +12,7 @@ from equiv.records import ResultsFile
 from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
+from equiv.verdicts.runs.summary import summarize_file
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import classify_sampling
@@ -126,3 +127,63 @@ def test_a_gross_fault_stops_early_and_a_rerun_decides_the_same(model_pair, tmp_
     assert resumed.judged.label is analysis.judged.label
     tokens = [r.speculative.tokens for r in ResultsFile(again_path).results()]
     assert tokens == [r.speculative.tokens for r in results]
+
+
+PROMPTS = ("chat/haiku_autumn", "chat/cpu_explain", "multilingual/de_berlin")
+
+
+@pytest.mark.model
+def test_the_run_stops_at_its_first_conclusive_pooled_look_and_a_resume_decides_the_same(
+    model_pair, tmp_path
+):
+    """Greedy acceptance on three prompts, 32 seeds in 3 looks: the run's pooled answer is
+    written first, every prompt stops at the same look (those whose own answer was not
+    conclusive say that the run stopped them), and a rerun of the interrupted run writes the
+    same answer from the same seeds."""
+    config = RunConfig(
+        target=model_pair.target,
+        draft=model_pair.draft,
+        mode=Mode.SAMPLING,
+        sampling=SamplingConfig(temp=0.8),
+        seeds=tuple(range(1, 33)),
+        max_tokens=16,
+        draft_config=DraftConfig(draft_max=4),
+        looks=3,
+    )
+    prompts = [p for p in load_suites() if p.key in PROMPTS]
+    path = tmp_path / "r.jsonl"
+    with Runner(config, load_factory("reference:greedy"), path) as runner:
+        runner.run(plan(prompts, config))
+    contents = ResultsFile(path).read()
+    (run,) = contents.runs
+    stop = Stopping.from_dict(run.figures["stopping"])
+    assert run.verdict.label is Label.SAMPLER_BUG, run.verdict.reason
+    assert stop.conclusive
+    assert stop.seeds < 32  # stopped before the budget
+    kinds = [r.kind.value for r in contents.records]
+    assert kinds.index("run") < kinds.index("analysis")  # the answer before what it stops
+    assert len(contents.analyses) == 3
+    for analysis in contents.analyses:
+        assert Stopping.from_dict(analysis.figures["stopping"]).look == stop.look
+        if analysis.judged.label is not Label.SAMPLER_BUG:
+            assert "the run stopped here" in analysis.judged.reason
+    assert {r.seed for r in contents.results} == set(range(1, stop.seeds + 1))
+    summary = summarize_file(ResultsFile(path))
+    assert summary.verdict == run.verdict
+    with Runner(config, load_factory("reference:greedy"), path) as runner:
+        assert runner.run(plan(prompts, config), resume=True) == []
+
+    again = tmp_path / "again.jsonl"
+
+    def interrupt(item, record, done, total):
+        if done == 7:
+            raise KeyboardInterrupt
+
+    factory = load_factory("reference:greedy")
+    with Runner(config, factory, again) as runner, pytest.raises(KeyboardInterrupt):
+        runner.run(plan(prompts, config), on_result=interrupt)
+    assert ResultsFile(again).runs() == []
+    with Runner(config, load_factory("reference:greedy"), again) as runner:
+        runner.run(plan(prompts, config), resume=True)
+    (resumed,) = ResultsFile(again).runs()
+    assert resumed == run

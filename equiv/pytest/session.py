@@ -349,8 +349,17 @@ def problems(checks: Sequence[Check], policy: Policy) -> list[str]:
             f"numeric-drift on {drift} of {len(checks)} check(s) ({drift / len(checks):.2f}) "
             f"is above the allowed rate {rate}"
         )
+    summaries = _summaries(checks)
+    for mode, summary in summaries.items():
+        run = summary.run
+        # A sampler fault is the deployment's: the answer pooled over every check fails the
+        # session where its label does, even where no check failed on its own evidence.
+        if run is not None and run.verdict.label in policy.fail_on:
+            found.append(
+                f"{mode}: pooled over the session, {run.verdict.label}: {run.verdict.reason}"
+            )
     if policy.fail_on_quality_drop:
-        for mode, summary in _summaries(checks).items():
+        for mode, summary in summaries.items():
             if summary.quality_drop:
                 found.extend(
                     f"{mode}: graded prompts pass significantly less often with the draft; {line}"

@@ -281,6 +281,9 @@ class ResultsFile:
     def analyses(self) -> list[AnalysisRecord]:
         return list(self.read().analyses)
 
+    def runs(self) -> list[RunRecord]:
+        return list(self.read().runs)
+
     def events(self) -> list[EventRecord]:
         return list(self.read().events)
 

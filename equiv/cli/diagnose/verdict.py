@@ -30,6 +30,22 @@ def seeds_needed(analyses: Sequence[AnalysisRecord], seeds: int) -> int | None:
     return max(needed) if needed else None
 
 
+def _pooled_line(sampling: Summary, user_temp: float, seeds: int | None) -> str:
+    """The run's pooled answer at the user's temperature, in the words of a bug report."""
+    assert sampling.run is not None
+    verdict, pooled = sampling.verdict, sampling.run.pooled
+    where = f"at temp {user_temp:g}, pooled over {pooled.prompts} prompts"
+    if verdict.label.value == "equivalent":
+        return (
+            f"{where}: no significant difference, and every effect is bounded within its "
+            f"margin ({verdict.reason}): what you see between runs is sampling variance"
+        )
+    need = pooled.seeds_needed()
+    if verdict.label.value == "inconclusive" and need is not None:
+        return f"{where}: inconclusive, {verdict.reason}; rerun with --seeds {need} (now {seeds})"
+    return f"{where}: {verdict.label}: {verdict.reason}"
+
+
 def verdict_lines(
     temp0: Summary,
     sampling: Summary | None,
@@ -53,7 +69,9 @@ def verdict_lines(
             "  next: numeric drift is expected on CPUs (batched verification vs one-token "
             "decoding); it is not a bug in speculative decoding"
         )
-    if sampling is not None:
+    if sampling is not None and sampling.run is not None:
+        lines.append(_pooled_line(sampling, user_temp, seeds))
+    elif sampling is not None:
         p_values = [
             json_float(t["p_adjusted"])
             for record in analyses

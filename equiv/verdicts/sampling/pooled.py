@@ -150,6 +150,14 @@ class PooledAnalysis:
     def rejected(self) -> list[ScoredTest]:
         return [t for t in self.tests if t.p_adjusted < self.alpha]
 
+    def seeds_needed(self) -> int | None:
+        """The seeds a prompt that would bring every bound within its margin, if the estimates
+        stayed where they are; None where one is at or past its margin (or all are within)."""
+        factors = [b.seeds_factor() for b in self.bounds if not b.within]
+        if not factors or any(f is None for f in factors):
+            return None
+        return math.ceil(self.seeds * max(f for f in factors if f is not None))
+
     def lines(self) -> tuple[str, ...]:
         """What was pooled, each test with its Holm p, and each bound: a line each, for the
         terminal and the report."""

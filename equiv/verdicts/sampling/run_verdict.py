@@ -22,7 +22,6 @@ the union bound a correct deployment is called ``sampler-bug`` with probability 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -191,11 +190,10 @@ def classify_run(
             f"within its margin ({scope}; {bounds})",
             ev,
         )
-    factors = [b.seeds_factor() for b in pooled.bounds if not b.within]
-    if any(f is None for f in factors):
+    need = pooled.seeds_needed()
+    if need is None:
         more = "an estimate lies at its margin: more seeds will tell which side"
     else:
-        need = math.ceil(pooled.seeds * max(f for f in factors if f is not None))
         more = f"about {need} seeds a prompt would bring them within"
     return Verdict(
         Label.INCONCLUSIVE,

@@ -1,0 +1,146 @@
+"""The level and the power of the run's pooled answer (`equiv.verdicts.sampling.run_verdict`),
+on simulated runs of several prompts, under the optional stopping `equiv run --looks` does.
+
+A run is ``--prompts`` prompts, each a fresh random "language model" (a first-order chain over a
+small vocabulary, `sequential_level.simulate`), sampled for up to ``--budget`` seeds x
+``--tokens`` tokens on both paths through equiv's real sampler chain, with the evidence a run
+records in process. The runs are independent: each prompt of each run has its own model and its
+own random streams.
+
+Each look is judged as the runner judges it (`equiv.run.runner.Runner._run_in_looks`): every
+prompt still running by `analyze` + `classify_sampling` at its share ``alpha (1 - POOLED_SHARE)
+/ P`` of the level (times the look's share), stopping at a verdict of `STOPPING_LABELS`; the run
+by `judge_run` at ``alpha POOLED_SHARE`` (times the look's share) over every prompt's seeds so
+far, with the prompts' labels; the run stops at a verdict of `RUN_STOPPING` or at the last look.
+
+- ``--fault none`` (both paths sample from the same rows): a false positive is a run-level
+  ``sampler-bug``; the rate at the stop and its one-sided 95 % Clopper-Pearson upper bound are
+  printed, with the labels and the seeds used.
+- ``--fault wrong_temp`` / ``greedy``: the share of runs flagged and the tokens they used, and
+  the Neyman-Pearson limit (the tokens the likelihood-ratio test that knows both distributions
+  at every position needs for power 0.95 at ``alpha``).
+
+    python benchmarks/pooled_level.py --runs 400 --prompts 6 --budget 32 --tokens 16 --looks 4
+    python benchmarks/pooled_level.py --runs 100 --fault wrong_temp
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+from sequential_level import STRENGTH, np_limit_tokens, simulate
+
+from equiv.records.verdict import Label
+from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, RUN_STOPPING, judge_run
+from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.verdict import classify_sampling
+from equiv.verdicts.stats.sequential import schedule, stops
+
+
+@dataclass
+class Outcome:
+    label: Label
+    look: int
+    seeds: int  # seeds per prompt at the stop
+    tokens: int  # speculative tokens the run used
+
+
+def one_run(prompts: dict[str, list[Sample]], looks: int, alpha: float) -> Outcome:
+    budget = len(next(iter(prompts.values())))
+    prompt_alpha = alpha * (1 - POOLED_SHARE) / len(prompts)
+    stopped: dict[str, tuple[Label, int]] = {}  # prompt -> (label, seeds) where it stopped
+    plan_ = schedule(budget, looks)
+    for look in plan_:
+        current = {}
+        for key, samples in prompts.items():
+            if key in stopped:
+                continue
+            seen = samples[: look.seeds]
+            analysis = analyze(seen, alpha=prompt_alpha * look.share, has_logits=True)
+            current[key] = classify_sampling(analysis, has_logits=True).label
+        labels = Counter(label for label, _ in stopped.values()) + Counter(current.values())
+        seen_by = {
+            key: samples[: stopped[key][1] if key in stopped else look.seeds]
+            for key, samples in prompts.items()
+        }
+        run = judge_run(seen_by, labels, alpha=alpha * POOLED_SHARE * look.share, has_logits=True)
+        for key, label in current.items():
+            if stops(label, look):
+                stopped[key] = (label, look.seeds)
+        if look.last or run.verdict.label in RUN_STOPPING:
+            tokens = sum(len(s.speculative.tokens) for v in seen_by.values() for s in v)
+            return Outcome(run.verdict.label, look.index, look.seeds, tokens)
+    raise AssertionError("the last look always stops")
+
+
+def _upper(k: int, n: int) -> float:
+    return float(sps.beta.ppf(0.95, k + 1, n - k)) if k < n else 1.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=400)
+    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--budget", type=int, default=32, help="seeds per prompt at most")
+    parser.add_argument("--tokens", type=int, default=16, help="tokens per seed")
+    parser.add_argument("--looks", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument("--fault", choices=("none", "wrong_temp", "greedy"), default="none")
+    parser.add_argument("--strength", type=float, help="of the fault (default: STRENGTH)")
+    parser.add_argument("--first-run", type=int, default=0, help="run ids start here")
+    args = parser.parse_args()
+    strength = STRENGTH[args.fault] if args.strength is None else args.strength
+    looks = [look.seeds for look in schedule(args.budget, args.looks)]
+    print(
+        f"## {args.runs} runs of {args.prompts} prompts, fault {args.fault} ({strength}), "
+        f"budget {args.budget} seeds x {args.tokens} tokens, looks at {looks} seeds, alpha "
+        f"{args.alpha}"
+    )
+    started = time.perf_counter()
+    outcomes = []
+    h0: list[float] = []
+    h1: list[float] = []
+    for i in range(args.runs):
+        run = args.first_run + i
+        prompts = {}
+        for p in range(args.prompts):
+            samples, llr0, llr1 = simulate(
+                run * 1000 + p, args.budget, args.tokens, args.fault, strength
+            )
+            prompts[f"sim/r{run}p{p}"] = samples
+            h0 += llr0
+            h1 += llr1
+        outcomes.append(one_run(prompts, args.looks, args.alpha))
+    wall = time.perf_counter() - started
+    n = len(outcomes)
+    labels = Counter(o.label.value for o in outcomes)
+    bugs = labels.get(Label.SAMPLER_BUG.value, 0)
+    by_look = Counter(o.look for o in outcomes)
+    tokens = np.array([o.tokens for o in outcomes])
+    print(f"run labels at the stop: {dict(labels)}")
+    print(
+        f"sampler-bug: {bugs}/{n} = {bugs / n:.4f} (one-sided 95 % upper bound "
+        f"{_upper(bugs, n):.4f}); stopped at look {dict(sorted(by_look.items()))}; "
+        f"speculative tokens used: mean {tokens.mean():.0f}, median {np.median(tokens):.0f} "
+        f"of {args.prompts * args.budget * args.tokens}"
+    )
+    if args.fault != "none":
+        flagged = [o.tokens for o in outcomes if o.label is Label.SAMPLER_BUG]
+        if flagged:
+            print(
+                f"flagged runs used {np.mean(flagged):.0f} tokens on average, "
+                f"95th percentile {np.percentile(flagged, 95):.0f}"
+            )
+        limit = np_limit_tokens(h0, h1, args.alpha, 0.95)
+        print(f"Neyman-Pearson limit at alpha {args.alpha}, power 0.95: {limit:.0f} tokens")
+    print(f"wall {wall:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
