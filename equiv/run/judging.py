@@ -34,7 +34,7 @@ __all__ = ["RUN_BATCHED_SEEDS", "SamplingJudge", "group_by_prompt"]
 
 #: Over HTTP, the seeds of each prompt whose speculative samples the run's batched follow-up
 #: re-scores (the first ones: chosen before any data).
-RUN_BATCHED_SEEDS = 8
+RUN_BATCHED_SEEDS = 32
 
 
 def group_by_prompt(items: Sequence[PlanItem]) -> dict[str, list[PlanItem]]:
@@ -167,18 +167,19 @@ class SamplingJudge:
             for key, group in by_prompt.items()
         }
         alpha = self.runner.config.alpha * POOLED_SHARE * (look.share if look is not None else 1.0)
-        has_logits = self.has_logits
+        has_logits, differences = self.has_logits, self.runner.differences
         run = judge_run(
-            samples, labels, alpha=alpha, has_logits=has_logits, differences=self.runner.differences
+            samples, labels, alpha=alpha, has_logits=has_logits, differences=differences
         )
-        if not has_logits and run.pooled.rejected() and not self.runner.differences:
+        confirmed = labels.get(Label.SAMPLER_BUG, 0) > 0  # a prompt's own follow-up did
+        if not has_logits and run.pooled.rejected() and not confirmed and not differences:
             batched = self._run_batched(by_prompt, samples, run.pooled.left_out, alpha)
             run = judge_run(
                 samples,
                 labels,
                 alpha=alpha,
                 has_logits=has_logits,
-                differences=self.runner.differences,
+                differences=differences,
                 batched=batched,
             )
         index, of = (look.index, look.of) if look is not None else (1, 1)

@@ -5,7 +5,8 @@ prompts' own labels. In order:
 - ``inconclusive`` when no prompt could be pooled (no placebo anywhere: re-scoring not offered
   or failed on every prompt);
 - ``sampler-bug`` when a pooled test of the speculative samples against the placebo rejects at
-  the pooled level: in process at once; over HTTP only if the speculative samples re-scored
+  the pooled level: in process at once; over HTTP only if a prompt's own verdict is
+  ``sampler-bug`` (its batched follow-up included) or the speculative samples re-scored
   *batched*, as verification evaluates them, still differ from the placebo (the pooled batched
   follow-up, `RunBatched`); ``numeric-drift`` if they then agree and that comparison had the
   power, ``inconclusive`` if not or if it could not be asked;
@@ -153,6 +154,8 @@ def classify_run(
         )
     scope = _scope(pooled)
     rejects = pooled.rejected()
+    n_bug = prompt_labels.get(Label.SAMPLER_BUG, 0)
+    own = f"{n_bug} prompt(s) show a sampler fault on their own"
     if rejects:
         shown = "; ".join(
             f"{t.name} p = {t.p_adjusted:.2g} (Holm, alpha {pooled.alpha:.2g}): {t.summary}"
@@ -164,14 +167,15 @@ def classify_run(
         )
         if has_logits:
             return Verdict(Label.SAMPLER_BUG, found, ev)
+        if n_bug:  # each confirmed on its own, batched follow-up included
+            return Verdict(Label.SAMPLER_BUG, f"{found}; and {own}", ev)
         label, why = _batched_answer(pooled, [t.kind for t in rejects], batched)
         return Verdict(label, f"{found}; {why}", ev)
-    n_bug = prompt_labels.get(Label.SAMPLER_BUG, 0)
     if n_bug:
         return Verdict(
             Label.SAMPLER_BUG,
-            f"no pooled test rejects ({scope}), but {n_bug} prompt(s) show a sampler fault on "
-            "their own (a fault on few prompts dilutes in the pool)",
+            f"no pooled test rejects ({scope}), but {own} (a fault on few prompts dilutes in "
+            "the pool)",
             ev,
         )
     bounds = "; ".join(b.line for b in pooled.bounds)
