@@ -39,6 +39,7 @@ from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, judge_run
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import classify_sampling
 
@@ -141,6 +142,8 @@ def report(results: ResultsFile, wall: float) -> None:
         f"\n{n} prompt runs, {dict(labels)}; sampler-bug {bugs}/{n} "
         f"(one-sided 95 % upper bound {upper:.3f}); wall {wall:.0f} s"
     )
+    for record in results.runs():  # the run's own answer, pooled over its prompts
+        print(f"run: **{record.verdict.label.value}**; {record.verdict.reason}")
 
 
 def reanalyze(path: Path) -> None:
@@ -153,7 +156,7 @@ def reanalyze(path: Path) -> None:
     by_prompt: dict[str, list[Sample]] = {}
     for record in contents.results:
         by_prompt.setdefault(record.prompt.key, []).append(Sample.of(record))
-    alpha = json_float(contents.header.config["alpha"]) / len(by_prompt)
+    alpha = json_float(contents.header.config["alpha"]) * (1 - POOLED_SHARE) / len(by_prompt)
     labels: Counter[str] = Counter()
     for key, records in by_prompt.items():
         analysis = analyze(records, alpha=alpha, has_logits=has_logits)
@@ -163,6 +166,16 @@ def reanalyze(path: Path) -> None:
         print(f"- {key}: **{verdict.label.value}** ({len(records)} seeds); {tests}")
         print(f"  {verdict.reason[:400]}")
     print(f"\n{dict(labels)}")
+    pooled = judge_run(
+        by_prompt,
+        Counter(Label(label) for label, n in labels.items() for _ in range(n)),
+        alpha=json_float(contents.header.config["alpha"]) * POOLED_SHARE,
+        has_logits=has_logits,
+    )
+    print(
+        f"run (pooled, no batched follow-up): **{pooled.verdict.label.value}**; "
+        f"{pooled.verdict.reason}"
+    )
 
 
 def main() -> None:

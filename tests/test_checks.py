@@ -94,3 +94,23 @@ def test_describe_names_the_first_divergence_of_a_real_record():
     assert lines[2].startswith("    baseline ")
     assert lines[3].startswith("    speculative ")
     assert "shared rows max |delta logit|" in lines[4]
+
+
+def test_a_pooled_sampler_bug_fails_the_session_though_no_check_failed(monkeypatch):
+    from collections import Counter
+
+    from equiv.pytest import session
+    from equiv.verdicts.runs.summary import Summary
+    from equiv.verdicts.sampling.pooled import PooledAnalysis
+    from equiv.verdicts.sampling.run_verdict import RunJudgement
+
+    pooled = PooledAnalysis(0.005, prompts=12, samples=384, tokens=9000, seeds=32)
+    bug = Verdict(Label.SAMPLER_BUG, "pooled top-token p = 1e-05", {"labels": {}})
+    judged = {"sampling": Summary(run=RunJudgement(pooled, bug))}
+    monkeypatch.setattr(session, "_summaries", lambda checks: judged)
+    checks = [_check(EQ)]
+    assert problems(checks, Policy()) == [
+        "sampling: pooled over the session, sampler-bug: pooled top-token p = 1e-05"
+    ]
+    assert problems(checks, Policy(fail_on=frozenset())) == []  # --equiv-fail-on= fails none
+    assert Counter(c.label for c in checks) == Counter({Label.EQUIVALENT: 1})
