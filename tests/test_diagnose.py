@@ -274,3 +274,17 @@ def test_diagnose_leads_with_the_runs_pooled_answer_and_the_seeds_it_needs() -> 
     (line,) = [x for x in lines if x.startswith("at temp 0.2, pooled over 6 prompts")]
     assert "inconclusive" in line
     assert "rerun with --seeds 72 (now 32)" in line  # (0.03 / 0.02)**2 x 32 seeds
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--seeds", "0"), ("--looks", "0")])
+def test_diagnose_refuses_a_count_below_one_as_run_does(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for command in (
+        ["diagnose", flag, value, "--", "llama-server", "-m", "t.gguf"],
+        ["run", flag, value],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main(command)
+        assert exited.value.code == 2
+        assert f"{flag} {value}: give a count >= 1" in capsys.readouterr().err

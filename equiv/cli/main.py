@@ -20,7 +20,14 @@ from typing import Any
 from equiv import __version__
 from equiv.errors import DiskFullError, EquivError, ResultsError
 from equiv.options.build import build_config
-from equiv.options.table import OptionValue, OptionValues, add_arguments, given
+from equiv.options.table import (
+    OptionValue,
+    OptionValues,
+    add_arguments,
+    given,
+    look_count,
+    seed_count,
+)
 
 __all__ = ["main"]
 
@@ -152,10 +159,12 @@ def _parser() -> argparse.ArgumentParser:
     diag.add_argument("--dry-run", action="store_true", help="only parse, map and list findings")
     diag.add_argument("--prompt", action="append", metavar="GLOB", help="prompts (default: 6)")
     diag.add_argument("--max-tokens", type=int, metavar="N", help="per-prompt max_tokens")
-    diag.add_argument("--seeds", type=int, default=32, metavar="N", help="seeds at temp > 0 [32]")
+    diag.add_argument(
+        "--seeds", type=seed_count, default=32, metavar="N", help="seeds at temp > 0 [32]"
+    )
     diag.add_argument(
         "--looks",
-        type=int,
+        type=look_count,
         default=1,
         metavar="K",
         help="at temp > 0, judge each prompt K times as its seeds accumulate and stop it at the "

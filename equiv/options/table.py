@@ -38,8 +38,10 @@ __all__ = [
     "OptionValues",
     "add_arguments",
     "given",
+    "look_count",
     "on_off",
     "run_options",
+    "seed_count",
     "split_list",
 ]
 
@@ -55,14 +57,16 @@ def _margin(text: str) -> float:
     return value
 
 
-def _seeds(text: str) -> int:
+def seed_count(text: str) -> int:
+    """``--seeds``: a count >= 1 (argparse's type, shared by every command that takes it)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"--seeds {value}: give a count >= 1 (e.g. 64)")
     return value
 
 
-def _looks(text: str) -> int:
+def look_count(text: str) -> int:
+    """``--looks``: a count >= 1 (argparse's type, shared by every command that takes it)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(
@@ -191,14 +195,18 @@ CORE_OPTIONS: tuple[Option, ...] = (
     Option("min-p", "min-p in [0, 1]", type=float, default=0.05, metavar="P"),
     Option("repeat-penalty", "repeat penalty (1 = none)", type=float, default=1.0, metavar="R"),
     Option(
-        "seeds", "number of seeds per prompt in sampling mode", type=_seeds, default=32, metavar="N"
+        "seeds",
+        "number of seeds per prompt in sampling mode",
+        type=seed_count,
+        default=32,
+        metavar="N",
     ),
     Option(
         "looks",
         "sampling mode: judge each prompt this many times as its seeds accumulate and stop it "
         "at the first conclusive look (--seeds is then a budget; alpha is spent over the "
         "looks); 1 judges every seed once",
-        type=_looks,
+        type=look_count,
         default=1,
         metavar="K",
     ),
