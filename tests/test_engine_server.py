@@ -913,6 +913,33 @@ def test_a_server_that_refuses_token_grammars_is_asked_one_position_at_a_time(ti
     assert [b["prompt"] for b in bodies[1:]] == [[1, 9], [1, 9, 4], [1, 9, 7]]
 
 
+def test_a_sample_whose_grammar_fails_on_the_server_alone_is_asked_one_position_at_a_time(
+    tiny_config, fake
+):
+    """llama-server answered HTTP 500 "Unexpected empty grammar stack after accepting piece:
+    <pad> (0)" for one forced sample of a real run (a fault-proxy test): that sample is asked a
+    position at a time, the next one is forced again; any other server error still stops."""
+    engine = _engine(tiny_config, fake.url)
+    failed = {"error": {"code": 500, "message": "Unexpected empty grammar stack after accepting"}}
+
+    def grammar_fails_once(body: Any) -> Reply:
+        if body.get("grammar") == "root ::= <[4]> <[5]>":
+            return _json(failed, 500)
+        return _scored(body)
+
+    fake.script["/completion"] = [grammar_fails_once]
+    rows = engine.rescore([1, 9], [4, 5], batched=False)
+    assert (np.isfinite(rows).sum(axis=1) >= 2).all()
+    engine.rescore([1, 9], [7, 6], batched=False)
+    bodies = [body for path, body in fake.calls if path == "/completion"]
+    assert ["grammar" in b for b in bodies][:4] == [True, False, False, True]  # forced again
+    assert [b["prompt"] for b in bodies[1:3]] == [[1, 9], [1, 9, 4]]
+    fake.calls.clear()
+    fake.script["/completion"] = [_json({"error": {"code": 500, "message": "out of memory"}}, 500)]
+    with pytest.raises(EngineError, match="out of memory"):
+        engine.rescore([1, 9], [8, 3], batched=False)
+
+
 def test_a_scoring_answer_without_a_row_is_asked_again_with_its_token_banned(tiny_config, fake):
     """The greedy token of a scoring request leaves a UTF-8 character unfinished: llama-server
     sends it without a row. Banning it (a sampler) leaves the raw row, and the server sends it."""

@@ -61,6 +61,8 @@ from equiv.json_types import JSONDict, JSONObject, json_float, json_int
 
 __all__ = ["BATCH_STRIDE", "CACHE_ROWS", "LlamaRescorer", "scoring_body"]
 
+#: What llama-server's error says where a forced sample left its token grammar.
+GRAMMAR_FAILED = "grammar stack"
 BATCH_STRIDE = 4  # tokens each batched scoring request evaluates on top of its cached prefix
 CACHE_ROWS = 50_000  # single-token rows kept for reuse (K candidates each: a few MB in all)
 _T = TypeVar("_T")
@@ -162,9 +164,11 @@ class LlamaRescorer:
         try:
             got = self._force(prompt, tokens)
         except HttpStatusError as exc:  # a server without token grammars: one row a request
-            if exc.status >= 500:
+            if exc.status >= 500 and GRAMMAR_FAILED not in str(exc):
                 raise
-            self.forced = False
+            # 4xx: no token grammars at all; 5xx naming the grammar: llama-server sampled a
+            # token outside it for this sample (seen: <pad>, ID 0), so this sample alone
+            self.forced = self.forced and exc.status >= 500
             return [self._single(prompt + tokens[:i], cached=i > 0) for i in range(len(tokens))]
         rows = []
         for i, key in enumerate(keys):
