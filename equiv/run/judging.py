@@ -74,7 +74,8 @@ class SamplingJudge:
                 if record is not None:
                     self.runner.results.append_analysis(record)
                     out.append(record)
-        if self.pool and self.recorded_run(contents.runs) is None:
+        complete = all(item.key in done for item in items)  # else the answer waits
+        if self.pool and complete and self.recorded_run(contents.runs) is None:
             labels = Counter(a.judged.label for a in self.runner.results.read().analyses)
             self.runner.results.append_run(
                 self.judge_run_at(by_prompt, done, labels, None).record()
