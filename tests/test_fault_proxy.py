@@ -108,9 +108,11 @@ def _sampling_labels(model_pair, servers, tmp_path, fault: str, **kwargs: float)
 def test_a_greedy_ish_verifier_is_a_sampler_bug_over_http(model_pair, servers, tmp_path):
     labels, run = _sampling_labels(model_pair, servers, tmp_path, "greedy", rate=0.5)
     assert Label.SAMPLER_BUG in labels, labels
-    # pooled over the prompts, and still there once re-scored batched as verification evaluates
+    # pooled over the prompts; confirmed against batched rows by the prompt's own follow-up, so
+    # the run asks no follow-up of its own
     assert run.verdict.label is Label.SAMPLER_BUG, run.verdict.reason
-    assert run.figures["batched"]["tests"], run.figures
+    assert "1 prompt(s) show a sampler fault on their own" in run.verdict.reason
+    assert "batched" not in run.figures
 
 
 def test_a_sampler_at_the_wrong_temperature_is_a_sampler_bug_over_http(
