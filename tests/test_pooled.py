@@ -143,6 +143,8 @@ def test_the_pooled_bounds_are_in_units_a_user_reads_and_say_what_would_decide()
     assert "not within +-0.1" in bound.line
     at_margin = Bound(Effect.TOP_TOKEN, 0.03, 0.01, 0.05, 0.02)
     assert at_margin.seeds_factor() is None  # more seeds cannot bring it within
+    one_sample = Bound(Effect.TOP_TOKEN, 0.0, -float("inf"), float("inf"), 0.02)
+    assert one_sample.seeds_factor() is None  # no interval from one sample a path
 
 
 def test_support_violations_are_an_exact_test_of_the_two_paths_counts():
@@ -152,6 +154,16 @@ def test_support_violations_are_an_exact_test_of_the_two_paths_counts():
     assert not five.rejects  # 0.031 > 0.005
     assert support_vs_placebo((12, 4000), (0, 4000), alpha=ALPHA).rejects
     assert not support_vs_placebo((0, 4000), (12, 4000), alpha=ALPHA).rejects  # one-sided
+
+
+def test_one_seed_a_prompt_is_inconclusive_not_an_error(placebo_run):
+    """One sample a path has no cluster variance: no interval, no seeds estimate, no crash
+    (a one-seed run of the real pair raised OverflowError before)."""
+    one = {key: samples[:1] for key, samples in list(placebo_run.items())[:1]}
+    judged = judge_run(one, Counter(), alpha=ALPHA, has_logits=True)
+    assert judged.verdict.label is Label.INCONCLUSIVE
+    assert judged.pooled.seeds_needed() is None
+    assert "a path has under 2 samples" in judged.verdict.reason
 
 
 def test_prompts_without_a_placebo_are_left_out_and_counted(placebo_run):

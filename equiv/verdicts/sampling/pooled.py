@@ -105,7 +105,7 @@ class Bound:
         where the estimate itself is at or past the margin."""
         half = (self.high - self.low) / 2
         room = self.margin - abs(self.estimate)
-        if room <= 0:
+        if room <= 0 or not math.isfinite(half):  # past the margin, or under 2 samples a path
             return None
         return max(1.0, (half / room) ** 2)
 
@@ -152,7 +152,8 @@ class PooledAnalysis:
 
     def seeds_needed(self) -> int | None:
         """The seeds a prompt that would bring every bound within its margin, if the estimates
-        stayed where they are; None where one is at or past its margin (or all are within)."""
+        stayed where they are; None where one is at or past its margin, where a path has fewer
+        than 2 samples (no interval), or where all are within."""
         factors = [b.seeds_factor() for b in self.bounds if not b.within]
         if not factors or any(f is None for f in factors):
             return None

@@ -196,7 +196,7 @@ def classify_run(
         )
     need = pooled.seeds_needed()
     if need is None:
-        more = "an estimate lies at its margin: more seeds will tell which side"
+        more = "an estimate lies at its margin, or a path has under 2 samples: more seeds will tell"
     else:
         more = f"about {need} seeds a prompt would bring them within"
     return Verdict(
