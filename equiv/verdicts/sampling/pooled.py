@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 
 from equiv.json_types import JSONDict, JSONObject, json_float, json_int, json_list, json_object
@@ -239,11 +240,15 @@ def _cp(k: int, n: int, alpha: float) -> tuple[float, float]:
     return low, high
 
 
-def _bounds(records: Sequence[Sample], key: str, alpha: float) -> tuple[Bound, ...]:
+#: Each path's PIT entries, the sample of each token and the sensitivities (`tokens_of`).
+_PathData = dict[
+    str, tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64] | None]
+]
+
+
+def _bounds(records: Sequence[Sample], data: _PathData, alpha: float) -> tuple[Bound, ...]:
     """The directed statistics' differences with their intervals, samples as clusters."""
     seed = pit_seed(records) + 11
-    paths = ("speculative", "baseline")
-    data = {path: tokens_of(records, path, key) for path in paths}
     rng = np.random.default_rng(seed)
     bounds = []
     top = [top_excess(p[:, 0] == 0.0, p[:, 2], ids) for p, ids, _ in data.values()]
@@ -267,11 +272,8 @@ def _bounds(records: Sequence[Sample], key: str, alpha: float) -> tuple[Bound, .
     return tuple(bounds)
 
 
-def _support(records: Sequence[Sample], key: str, alpha: float) -> TestResult:
-    counts = []
-    for path in ("speculative", "baseline"):
-        pits, _, _ = tokens_of(records, path, key)
-        counts.append((int(np.sum(pits[:, 1] == 0.0)), len(pits)))
+def _support(data: _PathData, alpha: float) -> TestResult:
+    counts = [(int(np.sum(pits[:, 1] == 0.0)), len(pits)) for pits, _, _ in data.values()]
     result = support_vs_placebo(counts[0], counts[1], alpha=alpha)
     return dataclasses.replace(result, name="support:pooled")
 
@@ -305,8 +307,10 @@ def pool(
         dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
         for t in vs_placebo(records, key, key, alpha, 0.1, "")
     ]
-    tests.append(_support(records, key, alpha))
-    tokens = len(tokens_of(records, "speculative", key)[0])
+    # Each path's tokens once, for the support test and the bounds (speculative first).
+    data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
+    tests.append(_support(data, alpha))
+    tokens = len(data["speculative"][0])
     return PooledAnalysis(
         alpha=alpha,
         prompts=len(pooled),
@@ -314,7 +318,7 @@ def pool(
         tokens=tokens,
         seeds=seeds,
         tests=tuple(adjusted(tests)),
-        bounds=_bounds(records, key, alpha),
+        bounds=_bounds(records, data, alpha),
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
     )
