@@ -50,8 +50,10 @@ def build_gguf(
     file_type: int | None = int(gguf.LlamaFileType.MOSTLY_Q4_K_M),
     context_length: int | None = 2048,
     extra_kv: Mapping[str, Any] | None = None,
+    tensors: Sequence[str] = (),
 ) -> Path:
-    """Write a tiny but complete GGUF file; a None argument leaves its key out."""
+    """Write a tiny but complete GGUF file; a None argument leaves its key out; ``tensors``:
+    names of more (tiny) tensors."""
     writer = gguf.GGUFWriter(path, arch)
     if name is not None:
         writer.add_name(name)
@@ -74,6 +76,8 @@ def build_gguf(
     for key, value in (extra_kv or {}).items():
         _WRITERS[type(value)](writer, key, value)
     writer.add_tensor(TENSOR_NAME, np.arange(32, dtype=np.float32).reshape(4, 8))
+    for name in tensors:
+        writer.add_tensor(name, np.zeros((2, 2), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -141,12 +141,18 @@ def _parser() -> argparse.ArgumentParser:
     check = _sub(
         sub,
         "check-draft",
-        "can DRAFT draft for TARGET?",
-        "llama.cpp's vocabulary rules, from GGUF metadata alone (no model is loaded). "
-        "Exit 4 when not.",
+        "can DRAFT draft for TARGET? does TARGET carry an MTP head?",
+        "llama.cpp's vocabulary rules, from GGUF metadata alone (no model is loaded), or from "
+        "Hugging Face config.json files (vocabulary sizes only); without DRAFT, whether TARGET "
+        "carries a multi-token-prediction head (--spec-type draft-mtp). Exit 4 when not "
+        "compatible.",
     )
-    check.add_argument("target", metavar="TARGET", help="the target model's GGUF file")
-    check.add_argument("draft", metavar="DRAFT", help="the draft model's GGUF file")
+    check.add_argument(
+        "target", metavar="TARGET", help="the target: a GGUF file, a config.json or its folder"
+    )
+    check.add_argument(
+        "draft", metavar="DRAFT", nargs="?", help="the draft: a GGUF file, a config.json ..."
+    )
 
     diag = _sub(
         sub,
@@ -365,16 +371,12 @@ def _warn_unreadable(path: Path) -> None:
 
 
 def _cmd_check_draft(args: argparse.Namespace) -> int:
-    from equiv.models.gguf import check_vocab_compat
+    from equiv.models.drafting import drafting_report
 
-    report = check_vocab_compat(args.target, args.draft)
-    verdict = "compatible" if report.compatible else "NOT compatible"
-    print(f"{args.draft} -> {args.target}: {verdict}")
-    for reason in report.reasons:
-        print(f"  - {reason}")
-    for note in report.notes:
-        print(f"  note: {note}")
-    return 0 if report.compatible else 4
+    report = drafting_report(args.target, args.draft)
+    for line in report.lines():
+        print(line)
+    return 4 if report.compatible is False else 0
 
 
 def _cmd_diagnose(args: argparse.Namespace) -> int:

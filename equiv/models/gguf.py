@@ -44,6 +44,7 @@ _T = TypeVar("_T")
 _STRING, _ARRAY = 8, 9  # gguf.GGUFValueType; the scalar types map to struct formats:
 _SCALARS = dict(zip((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12), "BbHhIif?Qqd", strict=True))
 _TOKENS = "tokenizer.ggml.tokens"
+_TENSORS = "\0tensor names"  # not a GGUF key: where `_scan` puts the tensor names
 _QUANTS = {t.value: t.name.split("_", 1)[1] for t in gguf.LlamaFileType if t.name != "GUESSED"}
 
 # llama_vocab::impl::load: tokenizer.ggml.model -> (llama_vocab_type, and the defaults the
@@ -85,6 +86,13 @@ class GGUFInfo:
     context_length: int | None
     nextn_predict_layers: int | None
     chat_template: str | None
+    mtp_head: bool = False  # the last block has nextn.eh_proj: llama.cpp infers draft-mtp
+
+    @property
+    def inferred_spec_type(self) -> str | None:
+        """The speculative type llama.cpp infers when this file is given as ``-md`` without
+        ``--spec-type`` (``common_speculative_types_from_gguf``: an MTP head, else none)."""
+        return "draft-mtp" if self.mtp_head else None
 
     def to_dict(self) -> JSONDict:
         return asdict(self)
@@ -92,6 +100,7 @@ class GGUFInfo:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GGUFInfo:
         kwargs: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
+        kwargs["mtp_head"] = bool(data.get("mtp_head", False))  # absent before issue 33
         return cls(**kwargs)
 
 
@@ -140,6 +149,7 @@ class _Parser:
     def __init__(self, buf: mmap.mmap) -> None:
         self.buf, self.pos, self.size, self.order = buf, 4, len(buf), "<"
         self.types: dict[str, int] = {}
+        self.tensor_names: frozenset[str] = frozenset()
 
     def decode(self, arr: _Array) -> list[object]:
         """The items of an array that `value` stepped over (strings as raw bytes)."""
@@ -212,6 +222,7 @@ class _Parser:
             name = self.raw_string().decode("utf-8", "replace")
             dims = [self.unpack("Q") for _ in range(self.unpack("I"))]
             tensors.append((name, dims, self.unpack("I"), self.unpack("Q")))
+        self.tensor_names = frozenset(t[0] for t in tensors)
         align = kv.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
         if not isinstance(align, int) or align <= 0 or align & (align - 1):
             raise _Corrupt(f"general.alignment is {align!r}, not a power of two")
@@ -238,7 +249,8 @@ def _scan(
     path: PathLike, *, want_tokens: bool, copy_prefix: str | None = None
 ) -> tuple[Path, dict[str, object], list[str] | None]:
     """The header's keys and values (arrays as `_Array` positions), the token texts if wanted;
-    keys under ``copy_prefix`` come back whole, as `MetaValue`."""
+    keys under ``copy_prefix`` come back whole, as `MetaValue`; the tensor names under
+    `_TENSORS`."""
     p = Path(path)
     if not p.exists():
         raise ModelError(f"model file {str(p)!r} does not exist; pass the path of a .gguf file")
@@ -259,6 +271,7 @@ def _scan(
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
                 parser = _Parser(buf)
                 kv, texts = parser.scan(want_tokens=want_tokens)
+                kv[_TENSORS] = parser.tensor_names
                 if copy_prefix is not None:
                     copied = {k: v for k, v in kv.items() if k.startswith(copy_prefix)}
                     kv = {k: _meta(parser, k, v) for k, v in copied.items()}
@@ -339,6 +352,19 @@ def _read_gguf_info(path: str, with_sha256: bool) -> GGUFInfo:
         context_length=_get(kv, f"{arch}.context_length", int, p),
         nextn_predict_layers=_get(kv, f"{arch}.nextn_predict_layers", int, p),
         chat_template=_get(kv, "tokenizer.chat_template", str, p),
+        mtp_head=_has_mtp_head(kv, arch, p),
+    )
+
+
+def _has_mtp_head(kv: Mapping[str, object], arch: str, path: Path) -> bool:
+    """llama.cpp's test (``common_speculative_types_from_gguf``): the last block of the file has
+    a ``nextn.eh_proj`` tensor."""
+    blocks = _get(kv, f"{arch}.block_count", int, path)
+    names = kv.get(_TENSORS)
+    return (
+        blocks is not None
+        and isinstance(names, frozenset)
+        and f"blk.{blocks - 1}.nextn.eh_proj.weight" in names
     )
 
 
