@@ -53,6 +53,9 @@ BUILTIN_PAIRS = {
     "gemma3": "the bundled Gemma 3 270M Q4_K_M target and a draft requantized from it",
     "hybrid": "a tiny Mamba (recurrent) target and a llama draft on the Gemma 3 tokenizer, built "
     "in seconds: llama-server verifies its drafts by checkpoint and replay",
+    "mtp": "a tiny DeepSeek-R1-architecture (deepseek2) target with one multi-token-prediction "
+    "head on the Gemma 3 tokenizer, built in seconds: it drafts for itself on llama-server "
+    "(--spec-type draft-mtp), no draft model",
 }
 # Quant name -> llama_ftype value (llama.h); the types that requantize from Q4_K_M in seconds.
 DRAFT_QUANTS = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q8_0": 7, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_S": 14}

@@ -240,6 +240,13 @@ def test_pair_hybrid_with_a_model_path_names_the_flag_and_the_way_out(capsys, ma
     assert "--draft" in err
 
 
+def test_pair_mtp_in_process_says_it_needs_llama_server(capsys):
+    code, _, err = _run(capsys, "run", "--pair", "mtp")
+    assert code == 2
+    assert "pair 'mtp' drafts with the target's own MTP head" in err
+    assert "add --engine server --server-bin PATH" in err
+
+
 def test_an_unknown_pair_lists_the_built_in_ones(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["run", "--pair", "mamba"])
@@ -248,6 +255,7 @@ def test_an_unknown_pair_lists_the_built_in_ones(capsys):
     assert "--pair: invalid choice: 'mamba'" in err
     assert "'gemma3'" in err
     assert "'hybrid'" in err
+    assert "'mtp'" in err
 
 
 def test_run_help_describes_each_built_in_pair():
@@ -255,6 +263,6 @@ def test_run_help_describes_each_built_in_pair():
 
     parsers, _ = _subcommands()
     text = " ".join(parsers["run"].format_help().split())
-    assert "--pair {gemma3,hybrid}" in text
+    assert "--pair {gemma3,hybrid,mtp}" in text
     for name in BUILTIN_PAIRS:
         assert f"{name}: " in text

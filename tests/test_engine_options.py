@@ -27,6 +27,7 @@ SERVER_NAMES = [
     "server-bin",
     "server-args",
     "server-draft-args",
+    "server-spec-type",
     "baseline-url",
     "speculative-url",
     "server-api",

@@ -118,7 +118,7 @@ def test_pair_comes_from_the_command_line_or_toml_and_defaults_to_gemma3(tmp_pat
     assert merge_toml({"config": str(toml)})["pair"] == "hybrid"
     toml.write_text('pair = "mamba"\n', encoding="utf-8")
     with pytest.raises(
-        ConfigError, match=r"pair must be one of gemma3, hybrid, found the string 'mamba'"
+        ConfigError, match=r"pair must be one of gemma3, hybrid, mtp, found the string 'mamba'"
     ):
         merge_toml({"config": str(toml)})
 

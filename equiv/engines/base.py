@@ -49,9 +49,11 @@ __all__ = [
     "RescoreCost",
     "RescoreCosting",
     "Rescoring",
+    "SelfDrafting",
     "ServerBacked",
     "batch_rescorer",
     "check_engine",
+    "drafts_from_file",
     "in_flight",
     "rescore_cost",
     "rescorer",
@@ -110,6 +112,7 @@ FINGERPRINT_KEYS: dict[str, tuple[str, ...]] = {
         "draft_config",
         "engine",
         "verify",  # how the speculative path verifies drafts, when not as plain llama.cpp
+        "speculating",  # the server's own word (llama-server /slots); checked by itself
     ),
 }
 
@@ -174,6 +177,20 @@ class BatchRescoring(Protocol):
     re-scores batched. ``rescores_batched`` False is the same as not having it."""
 
     rescores_batched: bool
+
+
+@runtime_checkable
+class SelfDrafting(Protocol):
+    """A speculative engine whose drafter need not be the draft file (llama-server's n-gram and
+    MTP types): ``drafts_from_file`` False means the draft file plays no part, so a draft equal
+    to the target is no self-draft control."""
+
+    drafts_from_file: bool
+
+
+def drafts_from_file(engine: Engine) -> bool:
+    """Whether ``engine`` drafts with the run's draft file (True unless it says otherwise)."""
+    return not isinstance(engine, SelfDrafting) or engine.drafts_from_file
 
 
 @dataclass(frozen=True)

@@ -126,24 +126,30 @@ def resolve_pair(
     pair: str = DEFAULT_PAIR,
 ) -> ModelPair:
     """The target and draft to compare: given paths, or a built-in pair (`BUILTIN_PAIRS`): the
-    bundled default and a derived draft, or the tiny recurrent ``hybrid`` pair.
+    bundled default and a derived draft, the tiny recurrent ``hybrid`` pair, or the tiny ``mtp``
+    target (its own file as the draft: it drafts with its MTP head).
 
     Both files are checked as GGUF and their vocabularies compared by llama.cpp's rules before
     any weights are loaded.
     """
     if pair not in BUILTIN_PAIRS:
         raise ConfigError(f"pair {pair!r} is not one of {', '.join(BUILTIN_PAIRS)}")
+    if pair in ("hybrid", "mtp") and (target is not None or draft is not None):
+        flag, given = ("--target", target) if target is not None else ("--draft", draft)
+        raise ConfigError(
+            f"pair {pair!r} names {'both models' if pair == 'hybrid' else 'its model'}, but "
+            f"{flag} {given!r} was given too; "
+            f"drop {flag}, or drop --pair {pair} to compare your own files"
+        )
     if pair == "hybrid":
-        if target is not None or draft is not None:
-            flag, given = ("--target", target) if target is not None else ("--draft", draft)
-            raise ConfigError(
-                f"pair 'hybrid' names both models, but {flag} {given!r} was given too; "
-                f"drop {flag}, or drop --pair hybrid to compare your own files"
-            )
         from equiv.models.tiny_recurrent import build_tiny_recurrent_pair
 
         tiny = build_tiny_recurrent_pair(default_target(), cache_dir() / "tiny")
         target_spec, draft_spec = tiny.target, tiny.draft
+    elif pair == "mtp":  # the target drafts for itself: its own file stands as the draft
+        from equiv.models.tiny_mtp import build_tiny_mtp_model
+
+        target_spec = draft_spec = build_tiny_mtp_model(default_target(), cache_dir() / "tiny")
     else:
         target_spec = default_target() if target is None else _user_model(target, "target")
         if draft is None:

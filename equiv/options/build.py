@@ -85,6 +85,17 @@ def engine_options(
     return tuple(own)
 
 
+def _mtp_spec_type(v: OptionValues) -> str:
+    """The ``mtp`` pair drafts with the target's own head, which only llama-server runs."""
+    if text(v, "engine").partition(":")[0] != "server":
+        raise ConfigError(
+            "pair 'mtp' drafts with the target's own MTP head, which llama-server runs and "
+            "llama-cpp-python does not: add --engine server --server-bin PATH "
+            "(scripts/build_llama_server.sh builds one)"
+        )
+    return maybe_text(v, "server_spec_type") or "draft-mtp"
+
+
 def build_config(
     values: OptionValues, *, workdir: str | Path | None = None
 ) -> tuple[RunConfig, ModelPair]:
@@ -103,6 +114,8 @@ def build_config(
         typical_p=1.0,
         repeat_penalty=repeat_penalty,
     )
+    if text(v, "pair") == "mtp":
+        v = {**v, "server_spec_type": _mtp_spec_type(v)}
     from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
 
     pair = resolve_pair(

@@ -19,7 +19,13 @@ from pathlib import Path
 
 from equiv import __version__
 from equiv.config import Mode, RunConfig
-from equiv.engines.base import Engine, EngineFactory, in_flight, server_facts
+from equiv.engines.base import (
+    Engine,
+    EngineFactory,
+    drafts_from_file,
+    in_flight,
+    server_facts,
+)
 from equiv.engines.registry import build_engine
 from equiv.errors import PromptError
 from equiv.json_types import JSONDict, JSONObject
@@ -415,6 +421,8 @@ class Runner:
 
     def _self_draft_control(self) -> None:
         if not self.config.self_draft or self.config.mode is not Mode.TEMP0:
+            return
+        if not drafts_from_file(self.speculative):  # n-gram / MTP: the draft file is unused
             return
         rate = summarize(self.results.read().results).total.acceptance
         ok = rate is not None and rate >= SELF_DRAFT_MIN_ACCEPTANCE

@@ -47,6 +47,7 @@ from equiv.engines.server.settings import (
     ServerSettings,
     settings_for,
 )
+from equiv.engines.server.spec_types import chosen_types, reads_draft_file
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
@@ -81,6 +82,8 @@ class ServerEngine:
         self.path = "speculative" if speculative else "baseline"
         self.max_in_flight = settings.in_flight(config.mode)  # prompts the runner keeps in flight
         self._server: ServerProcess | None = None
+        #: equiv.engines.base.SelfDrafting: a URL's drafter is unknown, taken to be a draft file
+        self.drafts_from_file = True
         self._pieces: dict[int, str] = {}
         self._bos: list[int] | None = None
         if settings.server_bin:
@@ -124,6 +127,15 @@ class ServerEngine:
     # -- starting and inspecting the server --------------------------------------------------
     def _start_server(self, binary: str) -> str:
         flags = detect_flags(binary)
+        types = chosen_types(self.settings.spec_type, flags.spec_types)  # before either starts
+        self.drafts_from_file = reads_draft_file(types)
+        if types and "draft-mtp" in types and not read_gguf_info(self.config.target.path).mtp_head:
+            raise ConfigError(
+                f"--server-spec-type {','.join(types)}: the target {self.config.target.path} "
+                "has no MTP head (no nextn.eh_proj in its last block; llama-server would exit "
+                "'failed to create MTP context'): use a GGUF converted with its MTP layers "
+                "(equiv check-draft TARGET tells), or another type"
+            )
         argv = llama_server_argv(
             str(Path(binary).expanduser()),
             flags,
@@ -132,10 +144,11 @@ class ServerEngine:
             slots=self.max_in_flight,
             extra=shlex.split(self.settings.extra_args),
             draft_extra=shlex.split(self.settings.draft_args),
+            spec_type=self.settings.spec_type,
         )
         log_dir = Path(self.settings.log_dir or tempfile.mkdtemp(prefix="equiv-server-"))
         log_path = log_dir / f"llama-server-{self.path}.log"
-        self._flags_version = flags.version
+        self._flags = flags
         self._argv = argv
         self._server = ServerProcess.start(
             argv, log_path=log_path, timeout_s=self.settings.start_timeout_s
@@ -177,6 +190,7 @@ class ServerEngine:
             "n_vocab": meta.get("n_vocab"),
             "n_params": meta.get("n_params"),
             "model_size": meta.get("size"),
+            "speculating": self._speculating(),
         }
         target = read_gguf_info(self.config.target.path)
         check_served_model(
@@ -186,6 +200,16 @@ class ServerEngine:
         facts["target_sha256"] = target.sha256
         facts["target_quant"] = target.quant
         return facts
+
+    def _speculating(self) -> bool | None:
+        """Whether llama-server built a speculative implementation: ``/slots`` says it per slot
+        (``"speculative"``); None where /slots is off (``--no-slots``) or does not say."""
+        try:
+            slots = self.client.get("/slots")
+        except HttpStatusError:
+            return None
+        said = [s["speculative"] for s in slots if isinstance(s, dict) and "speculative" in s]
+        return any(bool(v) for v in said) if isinstance(slots, list) and said else None
 
     def _inspect_openai(self) -> JSONDict:
         models = self.client.get("/v1/models")
@@ -401,14 +425,16 @@ class ServerEngine:
             "sampler_chain": "penalties,top_k,typ_p,top_p,min_p,temperature,dist",
             "alternatives": "top-k log-probabilities of the raw logits row (not logits)",
         }
+        draft_flags: list[str] = []
         if self._server is not None:
-            shared, draft_flags = split_draft(self._argv)
-            fp.update(server_version=self._flags_version, server_argv=shared)
+            shared, draft_flags = split_draft(self._argv, self._flags)
+            fp.update(server_version=self._flags.version, server_argv=shared)
         if self.path == "speculative":
             draft_config = fp["draft_config"] = cfg.draft_config.to_dict()
-            if self._server is not None:  # the draft equiv gave it (a URL's draft is unknown)
+            if "--model-draft" in draft_flags:  # the draft equiv gave it (a URL's is unknown)
                 draft = read_gguf_info(cfg.draft.path)
                 fp.update(draft_sha256=draft.sha256, draft_quant=draft.quant)
+            if self._server is not None:
                 draft_config["server_flags"] = draft_flags
         return fp
 

@@ -41,6 +41,15 @@ OPTIONS: tuple[Option, ...] = (
         engine="server",
     ),
     Option(
+        "server-spec-type",
+        "--engine server with --server-bin: the speculative server's --spec-type, comma-"
+        "separated (draft-simple, ngram-mod, draft-mtp, ...; default draft-simple), or "
+        "'inferred' to pass none, as a command line without --spec-type; n-gram and MTP types "
+        "get no draft model",
+        metavar="TYPES",
+        engine="server",
+    ),
+    Option(
         "baseline-url",
         "--engine server: a running server for the baseline",
         metavar="URL",

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from equiv.config import RunConfig
+from equiv.engines.server.spec_types import build_types, chosen_types, reads_draft_file
 from equiv.errors import ConfigError, EngineError
 from equiv.models.gguf import read_gguf_info
 
@@ -76,7 +77,7 @@ class ServerFlags:
     draft_max: str
     draft_min: str | None
     draft_p_min: str | None
-    spec_type: str | None  # "--spec-type draft-simple" where the build has speculative types
+    spec_types: tuple[str, ...]  # the build's --spec-type names; () where it has none
     flash_attn_value: bool  # "-fa on|off" (True) or a bare "-fa" switch (False)
     no_ui: str | None
     no_jinja: str | None  # built-in template names need the legacy (non-jinja) engine
@@ -125,7 +126,7 @@ def detect_flags(binary: str) -> ServerFlags:
         draft_max=draft_max,
         draft_min=_first(text, "--spec-draft-n-min", "--draft-min"),
         draft_p_min=_first(text, "--spec-draft-p-min", "--draft-p-min"),
-        spec_type="--spec-type" if "--spec-type" in text and "draft-simple" in text else None,
+        spec_types=build_types(text),
         flash_attn_value=bool(re.search(r"--flash-attn \[on\|off", text)),
         no_ui=_first(text, "--no-ui", "--no-webui"),
         no_jinja=_first(text, "--no-jinja"),
@@ -143,6 +144,7 @@ def llama_server_argv(
     slots: int,
     extra: Sequence[str] = (),
     draft_extra: Sequence[str] = (),
+    spec_type: str | None = None,
 ) -> list[str]:
     """The command line of one path's server (without ``--host``/``--port``).
 
@@ -152,7 +154,9 @@ def llama_server_argv(
     cores: ggml's threads spin while they wait, and two 2-thread servers busy on 2 cores ran 10x
     slower than one at a time (benchmarks/server_throughput.py). ``extra``: the user's own flags
     for both paths (``--server-args``), before the draft's; ``draft_extra``: the speculative
-    server's only (``--server-draft-args``), after ``--model-draft``.
+    server's only (``--server-draft-args``), after the draft's settings; ``spec_type``: its
+    ``--spec-type`` (`equiv.engines.server.spec_types.chosen_types`: draft-simple by default;
+    n-gram and MTP types get no ``--model-draft``).
     """
     half = max(1, (os.cpu_count() or 1) // 2)
     n = config.n_threads if slots == 1 else min(config.n_threads, half)
@@ -174,10 +178,13 @@ def llama_server_argv(
     argv += list(extra)
     if speculative:
         draft = config.draft_config
-        argv += ["--model-draft", config.draft.path, flags.draft_max, str(draft.draft_max)]
+        types = chosen_types(spec_type, flags.spec_types)
+        argv += [flags.draft_max, str(draft.draft_max)]
+        if reads_draft_file(types):
+            argv += ["--model-draft", config.draft.path]
         argv += list(draft_extra)
-        if flags.spec_type:
-            argv += [flags.spec_type, "draft-simple"]
+        if types is not None:
+            argv += ["--spec-type", ",".join(types)]
         if flags.draft_min:
             argv += [flags.draft_min, str(draft.draft_min)]
         if flags.draft_p_min:
@@ -185,9 +192,10 @@ def llama_server_argv(
     return argv
 
 
-def split_draft(argv: list[str]) -> tuple[list[str], list[str]]:
-    """A `llama_server_argv` command line as (what both paths share, the draft's flags)."""
-    cut = argv.index("--model-draft") if "--model-draft" in argv else len(argv)
+def split_draft(argv: list[str], flags: ServerFlags) -> tuple[list[str], list[str]]:
+    """A `llama_server_argv` command line as (what both paths share, the speculative
+    server's own flags: from its draft-max flag on)."""
+    cut = argv.index(flags.draft_max) if flags.draft_max in argv else len(argv)
     return argv[:cut], argv[cut:]
 
 

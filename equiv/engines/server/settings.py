@@ -50,6 +50,7 @@ class ServerSettings:
     backoff_s: float = 0.25
     extra_args: str = ""  # more llama-server flags for both paths (--server-args)
     draft_args: str = ""  # ... for the speculative server only (--server-draft-args)
+    spec_type: str | None = None  # its --spec-type (--server-spec-type; None: draft-simple)
 
     def __post_init__(self) -> None:
         urls = (self.baseline_url, self.speculative_url)
@@ -73,10 +74,11 @@ class ServerSettings:
                 f"--server-concurrency {self.concurrency} must be >= 1 (default: 1 at temp 0, "
                 "4 in sampling mode)"
             )
-        if (self.extra_args or self.draft_args) and not self.server_bin:
+        if (self.extra_args or self.draft_args or self.spec_type) and not self.server_bin:
             raise ConfigError(
-                "--server-args/--server-draft-args are flags for a llama-server equiv starts: "
-                "give --server-bin too, or set them on the running servers yourself"
+                "--server-args/--server-draft-args/--server-spec-type are flags for a "
+                "llama-server equiv starts: give --server-bin too, or set them on the running "
+                "servers yourself"
             )
         for name, text in (
             ("--server-args", self.extra_args),
@@ -110,6 +112,7 @@ class ServerSettings:
             timeout_s=cls.timeout_s if timeout is None else float(timeout),
             extra_args=text("server_args") or "",
             draft_args=text("server_draft_args") or "",
+            spec_type=text("server_spec_type"),
             log_dir=None if log_dir is None else str(log_dir),
         )
 

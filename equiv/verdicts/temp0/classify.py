@@ -58,6 +58,7 @@ __all__ = [
     "gap_movements",
     "misconfiguration",
     "run_verdict",
+    "speculation_problem",
 ]
 
 OWN_ARGMAX_TOL = 1e-4
@@ -94,8 +95,9 @@ Rescorer = Callable[[Sequence[int], Sequence[int], bool], npt.NDArray[np.float32
 
 
 def fingerprint_differences(baseline: JSONObject, speculative: JSONObject) -> list[str]:
-    """Every output-relevant difference between the two paths' fingerprints, in plain words."""
-    out = []
+    """Every output-relevant difference between the two paths' fingerprints, in plain words;
+    first a server that says it does (not) speculate against its path (`speculation_problem`)."""
+    out = [p for p in (speculation_problem(baseline, speculative),) if p]
     for key in sorted(set(baseline) | set(speculative)):
         if key in _EXPECTED or baseline.get(key) == speculative.get(key):
             continue
@@ -107,6 +109,32 @@ def fingerprint_differences(baseline: JSONObject, speculative: JSONObject) -> li
             detail = f"{a!r} vs {b!r}"
         out.append(f"{key}: {detail} ({_WHY.get(key, 'settings differ')})")
     return out
+
+
+def speculation_problem(baseline: JSONObject, speculative: JSONObject) -> str | None:
+    """The run compared no speculative decoding: the speculative server built none (llama-server
+    ``/slots`` ``"speculative": false``, e.g. ``-md`` without ``--spec-type`` on builds whose
+    default type is ``none``), or the baseline server speculates too."""
+    if speculative.get("speculating") is False:
+        flags = speculative.get("draft_config")
+        written = flags.get("server_flags") if isinstance(flags, Mapping) else None
+        how = (
+            f" (started with {' '.join(map(str, written))})"
+            if isinstance(written, Sequence) and not isinstance(written, str) and written
+            else ""
+        )
+        return (
+            f"speculating: the speculative server does not speculate{how}: its /slots say "
+            '"speculative": false, so both paths ran plain decoding and speculation was never '
+            "checked; llama-server builds whose --spec-type defaults to none ignore -md alone: "
+            "add --spec-type draft-simple (or the type you meant)"
+        )
+    if baseline.get("speculating") is True:
+        return (
+            'speculating: the baseline server speculates too (its /slots say "speculative": '
+            "true): start the baseline without -md / --spec-type"
+        )
+    return None
 
 
 def misconfiguration(differences: Sequence[str], outputs: str) -> Verdict:
