@@ -288,3 +288,33 @@ def test_diagnose_refuses_a_count_below_one_as_run_does(
             main(command)
         assert exited.value.code == 2
         assert f"{flag} {value}: give a count >= 1" in capsys.readouterr().err
+
+
+def test_the_users_speculative_type_is_what_their_server_runs(tmp_path) -> None:
+    import shlex
+
+    from equiv.cli.diagnose.mapping import map_to_run, run_command
+    from equiv.cli.main import _parser
+
+    binary = tmp_path / "llama-server"
+    binary.write_text("")
+    server = str(binary)
+    ngram = parse_command(
+        f"{server} -m t.gguf --spec-type ngram-mod --spec-ngram-mod-n-match 8 --temp 0"
+    )
+    values = map_to_run(ngram).values
+    assert values["server_spec_type"] == "ngram-mod"
+    assert values["server_draft_args"] == "--spec-ngram-mod-n-match 8"
+    argv = run_command(values, mode="temp0", out=tmp_path)
+    assert vars(_parser().parse_args(shlex.split(shlex.join(argv))))["server_spec_type"] == (
+        "ngram-mod"
+    )
+    draft_alone = map_to_run(parse_command(f"{server} -m t.gguf -md d.gguf"))
+    assert draft_alone.values["server_spec_type"] == "inferred"  # as written: no --spec-type
+    assert any("run without one, as you run it" in n for n in draft_alone.notes)
+    default = map_to_run(parse_command(f"{server} -m t.gguf --spec-default"))
+    assert default.values["server_spec_type"] == "inferred"
+    assert default.values["server_draft_args"] == "--spec-default"
+    in_process = map_to_run(parse_command("llama-server -m t.gguf --spec-type ngram-mod"))
+    assert "server_spec_type" not in in_process.values
+    assert any("checked in process as draft-model speculation" in n for n in in_process.notes)

@@ -89,7 +89,8 @@ def test_diagnose_runs_the_users_llama_server(
     binary = _server_bin()
     argv = ["diagnose", "--prompt", "code/fib_lt", "--max-tokens", "8", "--seeds", "4"]
     argv += ["--out", str(tmp_path), "--", binary, "-m", model_pair.target.path]
-    code = main([*argv, "-md", model_pair.draft.path, "--temp", "0.2", "--seed", "1"])
+    argv += ["-md", model_pair.draft.path, "--spec-type", "draft-simple"]
+    code = main([*argv, "--temp", "0.2", "--seed", "1"])
     out = capsys.readouterr().out
     print(out)
     assert code == 0
@@ -99,4 +100,32 @@ def test_diagnose_runs_the_users_llama_server(
         servers = header["servers"]
         assert servers["baseline"]["argv"][0] == binary
         assert "--model-draft" not in servers["baseline"]["argv"]
-        assert "--model-draft" in servers["speculative"]["argv"]
+        spec = servers["speculative"]["argv"]
+        assert spec[spec.index("--spec-type") + 1] == "draft-simple"
+        assert header["fingerprints"]["speculative"]["speculating"] is True
+        assert not [d for d in header["differences"] if d.startswith("speculating")]
+
+
+@pytest.mark.model
+@pytest.mark.server
+def test_diagnose_finds_a_draft_the_server_ignores(
+    model_pair: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """This build's --spec-type defaults to none: -md alone loads the draft and builds no
+    speculative implementation (/slots: "speculative": false). Run as written, it is found."""
+    binary = _server_bin()
+    argv = ["diagnose", "--prompt", "code/fib_lt", "--max-tokens", "8", "--seeds", "4"]
+    argv += ["--out", str(tmp_path), "--", binary, "-m", model_pair.target.path]
+    code = main([*argv, "-md", model_pair.draft.path, "--temp", "0.2", "--seed", "1"])
+    out = capsys.readouterr().out
+    print(out)
+    assert code == 0
+    assert "speculation was never checked: the speculative server does not speculate" in out
+    assert "add --spec-type draft-simple" in out
+    assert "not sampling at temp 0.2" in out
+    assert not (tmp_path / "sampling").exists()
+    header = json.loads((tmp_path / "temp0" / "results.jsonl").read_text().splitlines()[0])
+    assert "--spec-type" not in header["servers"]["speculative"]["argv"]  # as the user ran it
+    assert header["differences"][0].startswith("speculating:")
+    summary = json.loads((tmp_path / "temp0" / "summary.json").read_text())
+    assert summary["verdict"]["label"] == "misconfiguration"

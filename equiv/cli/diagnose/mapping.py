@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from equiv.cli.diagnose.command import RANDOM_SEED, LlamaCommand
+from equiv.engines.server.spec_types import INFERRED
 from equiv.errors import ConfigError
 from equiv.json_types import json_float
 
@@ -77,8 +78,7 @@ def map_to_run(
     else:
         what = f"{Path(target).name} is not here" if target else "no -m model given"
         notes.append(f"{what}; checking the same setup on the local default pair")
-    if cmd.get("spec_type") not in (None, "none", "draft-simple"):
-        notes.append(f"--spec-type {cmd.get('spec_type')} is checked as draft-model speculation")
+    notes.extend(_speculative_type(cmd, values, own_server=binary is not None))
     for key in _DIRECT:
         if cmd.get(key) is not None:
             values[key] = cmd.get(key)
@@ -103,6 +103,37 @@ def map_to_run(
     return RunMapping(values, tuple(notes), runs)
 
 
+def _speculative_type(
+    cmd: LlamaCommand, values: dict[str, OptionValue], *, own_server: bool
+) -> list[str]:
+    """The user's speculative type, as written: on their llama-server it is passed through
+    (``--server-spec-type``; no ``--spec-type`` stays none, so a server that then does not
+    speculate is found); in process only draft-model speculation can run."""
+    spec_type = cmd.get("spec_type")
+    default = cmd.words and "--spec-default" in cmd.words
+    if own_server:
+        if spec_type is not None:
+            values["server_spec_type"] = spec_type
+        elif cmd.get("model_draft") or default:
+            values["server_spec_type"] = INFERRED
+            return (
+                []
+                if default
+                else [
+                    "no --spec-type given: your llama-server is run without one, as you run it "
+                    "(builds whose default type is none do not speculate with -md alone)"
+                ]
+            )
+        return []
+    if spec_type not in (None, "none", "draft-simple") or default:
+        written = f"--spec-type {spec_type}" if spec_type else "--spec-default (ngram-mod)"
+        return [
+            f"{written} runs only on llama-server: checked in process as draft-model "
+            "speculation; pass --server-bin PATH to check it as you run it"
+        ]
+    return []
+
+
 #: Programs of a llama.cpp build directory that have a llama-server beside them to run instead.
 _BUILD_PROGRAMS = ("llama-cli", "llama-speculative", "llama-speculative-simple", "main")
 #: The user's flags that change numerics and that equiv does not set itself: passed to the user's
@@ -114,9 +145,14 @@ _PASS_SHARED = frozenset(
 )  # fmt: skip
 _PASS_DRAFT = frozenset(
     {"-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "-devd", "--device-draft",
-     "-ctkd", "--cache-type-k-draft", "-ctvd", "--cache-type-v-draft"}
+     "-ctkd", "--cache-type-k-draft", "-ctvd", "--cache-type-v-draft", "--spec-default",
+     "--spec-ngram-mod-n-min", "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match",
+     *(f"--spec-ngram-{kind}-{what}" for kind in ("simple", "map-k", "map-k4v")
+       for what in ("size-n", "size-m", "min-hits"))}
 )  # fmt: skip
-_SWITCHES = frozenset({"--no-mmap", "--mlock", "--no-kv-offload", "-nkvo", "--jinja"})
+_SWITCHES = frozenset(
+    {"--no-mmap", "--mlock", "--no-kv-offload", "-nkvo", "--jinja", "--spec-default"}
+)
 
 
 def user_server(cmd: LlamaCommand, *, server_bin: str | None = None) -> tuple[str | None, str]:

@@ -47,11 +47,13 @@ def execute(
     from equiv.report.summary_json import write_summary
     from equiv.run.execute import run_plan
     from equiv.run.plan import plan, select_prompts
+    from equiv.verdicts.temp0.classify import speculation_problem
 
     values = {"temp": mapping.user_temp, **mapping.values, "prompt": list(prompts)}
     values["max_tokens"] = max_tokens
     modes = ["temp0"] + (["sampling"] if mapping.user_temp > 0 else [])
     summaries: dict[str, Summary] = {}
+    not_speculating: str | None = None
     for mode in modes:
         sampled = mode == "sampling"
         run_values = {
@@ -75,6 +77,15 @@ def execute(
         summaries[mode] = outcome.summary
         echo(f"  summary: {write_summary(outcome.results_path)}")
         echo(f"  report: {write_report(outcome.results_path, out / mode / 'report.html')}")
+        header = ResultsFile(outcome.results_path).read().header
+        fingerprints = header.fingerprints if header is not None else {}
+        not_speculating = speculation_problem(
+            fingerprints.get("baseline", {}), fingerprints.get("speculative", {})
+        )
+        if not_speculating:  # sampling it would compare two plain runs again
+            break
+    if not_speculating and "sampling" not in summaries and mapping.user_temp > 0:
+        echo(f"  not sampling at temp {mapping.user_temp:g}: nothing speculative to compare")
     temp0 = summaries["temp0"]
     sampling = summaries.get("sampling")
     analyses = ResultsFile(out / "sampling" / "results.jsonl").read().analyses if sampling else []
@@ -86,6 +97,7 @@ def execute(
         user_temp=mapping.user_temp,
         analyses=analyses,
         seeds=seeds,
+        not_speculating=not_speculating,
     ):
         echo(line)
     failed = temp0.failed_controls + (sampling.failed_controls if sampling else [])

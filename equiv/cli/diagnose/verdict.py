@@ -54,11 +54,18 @@ def verdict_lines(
     user_temp: float,
     analyses: Sequence[AnalysisRecord],
     seeds: int | None = None,
+    not_speculating: str | None = None,
 ) -> list[str]:
     """Plain-language verdict and next steps from the runs' `Summary` objects (``seeds``: the
-    seeds per prompt the sampling run used, to say how many would decide)."""
+    seeds per prompt the sampling run used, to say how many would decide; ``not_speculating``:
+    the header's speculation problem, `equiv.verdicts.temp0.classify.speculation_problem`)."""
     t = temp0.total
-    lines = [f"temp-0 outputs identical on {t.identical} of {t.prompts} prompts"]
+    lines = []
+    if not_speculating:
+        lines.append(
+            "speculation was never checked: " + not_speculating.removeprefix("speculating: ")
+        )
+    lines.append(f"temp-0 outputs identical on {t.identical} of {t.prompts} prompts")
     verdict = temp0.verdict
     if t.diverged:
         lines.append(f"  {temp0.conclusion}")
