@@ -132,6 +132,9 @@ def test_a_running_servers_slots_are_read(config):
         assert ServerEngine(config, speculative=True, settings=settings).fingerprint()[
             "speculating"
         ]
+        placebo = ServerSettings(baseline_url=base.url, speculative_url=base.url)
+        one = [ServerEngine(config, speculative=s, settings=placebo) for s in (False, True)]
+        assert fingerprint_differences(*(e.fingerprint() for e in one)) == []  # by choice
         spec.script["/slots"] = [_json({"error": "slots endpoint disabled"}, status=501)]
         assert (
             ServerEngine(config, speculative=True, settings=settings).fingerprint()["speculating"]

@@ -190,7 +190,7 @@ class ServerEngine:
             "n_vocab": meta.get("n_vocab"),
             "n_params": meta.get("n_params"),
             "model_size": meta.get("size"),
-            "speculating": self._speculating(),
+            "speculating": None if self._placebo() else self._speculating(),
         }
         target = read_gguf_info(self.config.target.path)
         check_served_model(
@@ -200,6 +200,12 @@ class ServerEngine:
         facts["target_sha256"] = target.sha256
         facts["target_quant"] = target.quant
         return facts
+
+    def _placebo(self) -> bool:
+        """One server given for both paths: a placebo by the user's choice (nothing speculates,
+        on purpose), so whether it speculates is not checked."""
+        s = self.settings
+        return bool(s.baseline_url) and s.baseline_url == s.speculative_url
 
     def _speculating(self) -> bool | None:
         """Whether llama-server built a speculative implementation: ``/slots`` says it per slot
