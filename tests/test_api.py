@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import importlib
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -147,8 +149,17 @@ def test_the_engine_contract_imports_no_engine():
 
 
 @pytest.mark.parametrize("name", equiv.__all__)
-def test_every_public_name_resolves(name):
-    assert getattr(equiv, name) is not None
+def test_every_public_name_resolves_to_what_its_module_defines(name):
+    """The lazy ``__getattr__`` gives the object its home module holds under that name (not a
+    stale copy, not None): classes and functions by ``__module__``, constants by the table."""
+    obj = getattr(equiv, name)
+    home = equiv._LAZY.get(name)  # type: ignore[attr-defined]
+    if home is None:  # defined by equiv/__init__.py itself
+        assert name in vars(equiv)
+        return
+    assert getattr(importlib.import_module(home), name) is obj
+    if isinstance(obj, type) or inspect.isfunction(obj):
+        assert obj.__module__.startswith("equiv."), (name, obj.__module__)
 
 
 def test_an_unknown_name_is_an_attribute_error():
