@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 
 import pytest
 
 from equiv.run.inflight import completed
 
+WAIT_S = 30  # an upper bound only: every wait below ends on an event, not on time
+
 
 class Counter:
-    def __init__(self) -> None:
+    """Counts calls in flight; ``gate(x)``, run once call ``x`` is counted in, is where it
+    waits (on events, not sleeps)."""
+
+    def __init__(self, gate: Callable[[int], object] | None = None) -> None:
         self.now = 0
         self.peak = 0
         self.started: list[int] = []
+        self.gate = gate
+        self.failed = threading.Event()
         self._lock = threading.Lock()
 
     def __call__(self, x: int) -> int:
@@ -22,10 +29,12 @@ class Counter:
             self.now += 1
             self.peak = max(self.peak, self.now)
             self.started.append(x)
-        time.sleep(0.02 if x != 0 else 0.15)
+        if self.gate is not None:
+            self.gate(x)
         with self._lock:
             self.now -= 1
         if x == 3:
+            self.failed.set()
             raise RuntimeError("item 3 failed")
         return x * 10
 
@@ -42,28 +51,35 @@ def test_one_worker_runs_in_order_in_this_thread():
 
 
 def test_at_most_workers_run_at_once_and_every_answer_comes_back():
-    fn = Counter()
+    all_in = threading.Barrier(3, timeout=WAIT_S)  # the first three meet: three at once
+
+    def gate(x: int) -> None:
+        if x in (0, 1, 2):
+            all_in.wait()
+
+    fn = Counter(gate)
     out = dict(completed(fn, [0, 1, 2, 4, 5, 6, 7], 3))
     assert out == {x: x * 10 for x in [0, 1, 2, 4, 5, 6, 7]}
     assert fn.peak == 3
 
 
-def test_answers_come_in_completion_order():
-    fn = Counter()
-    order = [x for x, _ in completed(fn, [0, 1, 2], 3)]
-    assert order[-1] == 0  # the slow one finishes last
+def test_answers_come_back_while_others_are_still_in_flight():
+    release = threading.Event()
+    fn = Counter(lambda x: x != 0 or release.wait(WAIT_S))
+    answers = completed(fn, [0, 1, 2], 3)
+    assert {next(answers)[0], next(answers)[0]} == {1, 2}  # 0 is still running
+    release.set()
+    assert next(answers) == (0, 0)
 
 
 def test_a_failure_keeps_the_calls_in_flight_and_starts_nothing_new():
-    fn = Counter()
+    fn = Counter(lambda x: x != 0 or fn.failed.wait(WAIT_S))  # 0 ends after 3 has failed
     got: list[tuple[int, int]] = []
     with pytest.raises(RuntimeError, match="item 3 failed"):
         got.extend(completed(fn, [0, 1, 2, 3, 4, 5, 6, 7, 8], 2))
-    # 0 is slow and still in flight when 3 fails: its answer is still handed back
-    assert (0, 0) in got
+    assert (0, 0) in got  # in flight at the failure: its answer is still handed back
     assert 3 not in dict(got)
-    assert fn.started[-1] <= 5, fn.started  # nothing started long after the failure
-    assert not {7, 8} & set(fn.started)
+    assert sorted(fn.started) == [0, 1, 2, 3]  # one slot ran 1, 2, 3; nothing after the failure
 
 
 def test_workers_below_one_is_refused():

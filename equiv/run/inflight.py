@@ -43,11 +43,12 @@ def completed(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterato
                 break
         while running:
             done, _ = wait(running, return_when=FIRST_COMPLETED)
+            # a failure among calls that ended together counts before any of them is handed
+            # back: no new call starts after it, whichever of them the set lists first
+            failure = failure or next((e for f in done if (e := f.exception())), None)
             for future in done:
                 item = running.pop(future)
-                error = future.exception()
-                if error is not None:
-                    failure = failure or error
+                if future.exception() is not None:
                     continue
                 yield item, future.result()
                 if failure is None:
