@@ -131,6 +131,9 @@ def test_the_mtp_pair_drafts_with_its_own_head(tmp_path, model_pair, mode, args)
     drafted, accepted = _drafted(contents)
     assert drafted > 0
     assert 0 < accepted <= drafted
+    log = (tmp_path / "llama-server-speculative.log").read_text(errors="replace")
+    assert "creating MTP draft context against the target model" in log  # the server's word
+    assert "draft acceptance = " in log
     if mode == "temp0":
         assert {r.verdict.label.value for r in contents.results} <= {
             "equivalent", "numeric-drift",
