@@ -1,4 +1,5 @@
-"""Each label produced by a real constructed scenario on gemma, never by hand-made records."""
+"""Each label produced by a real constructed scenario on gemma, never by hand-made records
+(those tests are marked `model` by their fixtures); and a server's divergence without rows."""
 
 import pytest
 
@@ -11,8 +12,6 @@ from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.temp0.classify import classify_temp0
 from equiv.verdicts.temp0.compare import compare
-
-pytestmark = pytest.mark.model
 
 
 def _prompts(keys):
