@@ -36,7 +36,7 @@ from equiv.errors import EngineError, ModelError
 from equiv.json_types import JSONDict
 from equiv.models.gguf import read_gguf_info
 from equiv.prompts import Prompt
-from equiv.records import DraftStep, Generation, Judgement, TokenAlternatives
+from equiv.records import DraftStep, Generation, Judgement, PathName, TokenAlternatives
 
 __all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine"]
 
@@ -55,7 +55,7 @@ class LlamaCppEngine:
     def __init__(self, config: RunConfig, *, speculative: bool) -> None:
         config = config.for_path(speculative=speculative)
         self.config = config
-        self.path = "speculative" if speculative else "baseline"
+        self.path = PathName.SPECULATIVE if speculative else PathName.BASELINE
         self._draft: GGUFDraftModel | None = None
         self._draft_llm: Any = None
         if speculative:
@@ -414,7 +414,7 @@ class LlamaCppEngine:
         target = read_gguf_info(cfg.target.path)
         fp: JSONDict = {
             "engine": "llamacpp",
-            "path": self.path,
+            "path": str(self.path),
             "llama_cpp_python": llama_cpp.__version__,
             "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
             "target_sha256": target.sha256,

@@ -38,7 +38,7 @@ from equiv.engines.llamacpp import LlamaCppEngine
 from equiv.engines.replay import Checkpoint
 from equiv.errors import ConfigError
 from equiv.json_types import JSONDict
-from equiv.records import DraftStep, Generation, Judgement
+from equiv.records import DraftStep, Generation, Judgement, PathName
 
 __all__ = ["RULE_FACTORIES", "ReferenceEngine", "factory_for", "make_engine"]
 
@@ -76,7 +76,7 @@ class ReferenceEngine(LlamaCppEngine):
             )
         self.rule = rule
         self.config = config
-        self.path = "speculative"
+        self.path = PathName.SPECULATIVE
         self._draft = None
         self._draft_llm = load_llama(config.draft.path, config, logits_all=False)
         self.llm = load_llama(config.target.path, config, logits_all=True)

@@ -17,9 +17,11 @@ from equiv.records.comparison import ArgmaxFlips, Comparison, Divergence, Drift
 from equiv.records.fields import FieldError
 from equiv.records.file import LineProblem, ResultsContents, ResultsFile
 from equiv.records.generation import (
+    PATHS,
     DraftStep,
     Generation,
     Judgement,
+    PathName,
     TokenAlternatives,
     decode_rate,
     speedup,
@@ -40,6 +42,7 @@ from equiv.records.kinds import (
 from equiv.records.verdict import Label, Verdict
 
 __all__ = [
+    "PATHS",
     "RUN_KEY",
     "SCHEMA_VERSION",
     "AnalysisRecord",
@@ -57,6 +60,7 @@ __all__ = [
     "Kind",
     "Label",
     "LineProblem",
+    "PathName",
     "Record",
     "ResultRecord",
     "ResultsContents",

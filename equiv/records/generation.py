@@ -7,6 +7,7 @@ here and nowhere else: `Generation.drafted` / `accepted` / `rounds` / `decode_to
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -18,9 +19,11 @@ from equiv.json_types import JSONDict, JSONObject
 from equiv.records.fields import FieldError, Fields, describe
 
 __all__ = [
+    "PATHS",
     "DraftStep",
     "Generation",
     "Judgement",
+    "PathName",
     "TokenAlternatives",
     "decode_rate",
     "speedup",
@@ -145,6 +148,21 @@ class Judgement:
     draft_row: npt.NDArray[np.float32] = field(repr=False)
 
 
+class PathName(str, enum.Enum):
+    """Which of the two paths: the target alone, or the target with its drafter. A ``str``, so
+    it compares, hashes and serialises as its value."""
+
+    BASELINE = "baseline"
+    SPECULATIVE = "speculative"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: Both paths, baseline first (the order of every per-path table).
+PATHS: tuple[PathName, ...] = (PathName.BASELINE, PathName.SPECULATIVE)
+
+
 @dataclass(frozen=True)
 class Generation:
     """What one engine path produced for one prompt.
@@ -154,7 +172,7 @@ class Generation:
     prompts x tokens.
     """
 
-    path: str
+    path: PathName
     prompt_tokens: tuple[int, ...]
     tokens: tuple[int, ...]
     pieces: tuple[str, ...]
@@ -210,7 +228,7 @@ class Generation:
 
     def to_dict(self) -> JSONDict:
         return {
-            "path": self.path,
+            "path": str(self.path),  # plain JSON: execnet (xdist) sends no enums
             "prompt_tokens": list(self.prompt_tokens),
             "tokens": list(self.tokens),
             "pieces": list(self.pieces),
@@ -252,7 +270,7 @@ class Generation:
         alternatives = f.array("alternatives")
         steps = f.array("draft_steps", [])
         return cls(
-            path=f.text("path"),
+            path=PathName(f.text("path")),
             prompt_tokens=f.ints("prompt_tokens"),
             tokens=tokens,
             pieces=pieces,

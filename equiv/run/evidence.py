@@ -30,7 +30,7 @@ from equiv.config import Mode, RunConfig
 from equiv.engines.base import Engine, RescoreCost, batch_rescorer, rescore_cost, rescorer
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONObject
-from equiv.records import ArgmaxFlips, Drift, Generation
+from equiv.records import PATHS, ArgmaxFlips, Drift, Generation
 from equiv.verdicts.sampling.analysis_record import BatchedEvidence
 from equiv.verdicts.sampling.fidelity import Fidelity, rescore_fidelity
 from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
@@ -45,8 +45,6 @@ from equiv.verdicts.sampling.token_evidence import (
 from equiv.verdicts.temp0.drift import drift_metrics
 
 __all__ = ["BatchOnce", "Evidence", "SampleEvidence"]
-
-PATHS = ("baseline", "speculative")
 
 
 @dataclass(frozen=True)

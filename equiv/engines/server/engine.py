@@ -53,7 +53,7 @@ from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
 from equiv.models.token_bytes import token_bytes
 from equiv.prompts import Prompt
-from equiv.records import Generation
+from equiv.records import Generation, PathName
 
 __all__ = [
     "ServerEngine",
@@ -79,7 +79,7 @@ class ServerEngine:
     ) -> None:
         self.config = config
         self.settings = settings = settings or settings_for(config)
-        self.path = "speculative" if speculative else "baseline"
+        self.path = PathName.SPECULATIVE if speculative else PathName.BASELINE
         self.max_in_flight = settings.in_flight(config.mode)  # prompts the runner keeps in flight
         self._server: ServerProcess | None = None
         #: equiv.engines.base.SelfDrafting: a URL's drafter is unknown, taken to be a draft file
@@ -425,7 +425,7 @@ class ServerEngine:
         cfg = self.config
         fp: JSONDict = {
             "engine": "server",
-            "path": self.path,
+            "path": str(self.path),
             **self._facts,
             "started_by_equiv": self._server is not None,
             "sampler_chain": "penalties,top_k,typ_p,top_p,min_p,temperature,dist",

@@ -19,12 +19,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from equiv.json_types import JSONObject, JSONValue, json_float, json_int, json_list, json_object
-from equiv.records import Drift, ResultRecord
+from equiv.records import PATHS, Drift, PathName, ResultRecord
 from equiv.verdicts.sampling.fidelity import Fidelity
 
-__all__ = ["PATHS", "PathSample", "PitEntry", "Sample"]
+__all__ = ["PathSample", "PitEntry", "Sample"]
 
-PATHS = ("baseline", "speculative")
 #: ``(mass ranked before the token, p of the token, p of the top token)``; for ``acceptance``
 #: ``(a, accepted, q(x))``.
 PitEntry = tuple[float, float, float]
@@ -112,8 +111,8 @@ class Sample:
         fidelity = record.extra.get("rescore_fidelity")
         return cls(
             key=record.key,
-            baseline=paths["baseline"],
-            speculative=paths["speculative"],
+            baseline=paths[PathName.BASELINE],
+            speculative=paths[PathName.SPECULATIVE],
             rescore_drift=record.rescore_drift,
             rescore_fidelity=Fidelity.from_dict(json_object(fidelity)) if fidelity else None,
         )
