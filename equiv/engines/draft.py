@@ -1,5 +1,8 @@
-"""The draft model of the in-process speculative path: a GGUF behind llama-cpp-python's
-``draft_model`` hook, drafting as llama.cpp's draft sampler does."""
+"""The drafters of the in-process speculative path, behind llama-cpp-python's ``draft_model``
+hook: a GGUF draft model drafting as llama.cpp's draft sampler does, or llama-cpp-python's own
+prompt lookup (n-gram drafting from the context, no second model). Each records its calls
+(context length, tokens drafted) and the seconds it spent, from which the engine counts what was
+accepted."""
 
 from __future__ import annotations
 
@@ -9,12 +12,15 @@ from typing import Any
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
-from llama_cpp.llama_speculative import LlamaDraftModel
+from llama_cpp.llama_speculative import LlamaDraftModel, LlamaPromptLookupDecoding
 
 from equiv.config import DraftConfig
 from equiv.records.generation import top_k
 
-__all__ = ["GGUFDraftModel", "last_row"]
+__all__ = ["PROMPT_LOOKUP_NGRAM", "GGUFDraftModel", "PromptLookupDraft", "last_row"]
+
+#: llama-cpp-python's default longest n-gram looked up (``LlamaPromptLookupDecoding``).
+PROMPT_LOOKUP_NGRAM = 2
 
 # llama.cpp's draft sampler keeps the top 10 before it reads p (common/speculative.cpp).
 _DRAFT_TOP_N = 10
@@ -74,3 +80,21 @@ class GGUFDraftModel(LlamaDraftModel):
         self.calls.append((len(ids), tuple(drafted)))
         self.seconds += time.perf_counter() - started
         return np.array(drafted, dtype=np.intc)
+
+
+class PromptLookupDraft(LlamaPromptLookupDecoding):
+    """llama-cpp-python's prompt lookup (the last 1..``max_ngram_size`` tokens matched earlier
+    in the context, up to ``draft_max`` tokens that followed there), recording its calls as
+    `GGUFDraftModel` does."""
+
+    def __init__(self, config: DraftConfig, max_ngram_size: int = PROMPT_LOOKUP_NGRAM) -> None:
+        super().__init__(max_ngram_size=max_ngram_size, num_pred_tokens=config.draft_max)
+        self.calls: list[tuple[int, tuple[int, ...]]] = []
+        self.seconds = 0.0
+
+    def __call__(self, input_ids: npt.NDArray[np.intc], /, **kwargs: Any) -> npt.NDArray[np.intc]:
+        started = time.perf_counter()
+        drafted = np.asarray(super().__call__(input_ids, **kwargs), dtype=np.intc)
+        self.calls.append((len(input_ids), tuple(int(t) for t in drafted)))
+        self.seconds += time.perf_counter() - started
+        return drafted

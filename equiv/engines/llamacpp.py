@@ -29,7 +29,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
 from equiv.engines.chat import BUILTIN_TEMPLATES, apply_builtin_template
-from equiv.engines.draft import GGUFDraftModel, last_row
+from equiv.engines.draft import GGUFDraftModel, PromptLookupDraft, last_row
 from equiv.engines.llama_load import load_llama, reset
 from equiv.engines.replay import Checkpoint, Replay, cannot_roll_back, decode
 from equiv.errors import EngineError, ModelError
@@ -38,8 +38,13 @@ from equiv.models.gguf import read_gguf_info
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, Judgement, PathName, TokenAlternatives
 
-__all__ = ["GGUFDraftModel", "LlamaCppEngine", "make_engine"]
+__all__ = ["DRAFTERS", "GGUFDraftModel", "LlamaCppEngine", "make_engine"]
 
+
+#: The drafters of ``--engine llamacpp[:variant]``: a GGUF draft model, or llama-cpp-python's
+#: prompt lookup (n-gram drafts from the context: the in-process counterpart of llama-server's
+#: ngram types).
+DRAFT_MODEL, PROMPT_LOOKUP = "draft-model", "prompt-lookup"
 
 #: The context's last output row (kept under this name for engines built on this module).
 _last_row = last_row
@@ -52,13 +57,18 @@ class LlamaCppEngine:
     # Sampling mode: evaluate each prompt once and reuse it for every seed (see _cache_prefix).
     reuse_prompt_state = True
 
-    def __init__(self, config: RunConfig, *, speculative: bool) -> None:
+    def __init__(self, config: RunConfig, *, speculative: bool, drafter: str = DRAFT_MODEL) -> None:
         config = config.for_path(speculative=speculative)
         self.config = config
         self.path = PathName.SPECULATIVE if speculative else PathName.BASELINE
-        self._draft: GGUFDraftModel | None = None
+        self.drafter = drafter
+        #: equiv.engines.base.SelfDrafting: prompt lookup reads no draft file
+        self.drafts_from_file = drafter == DRAFT_MODEL
+        self._draft: GGUFDraftModel | PromptLookupDraft | None = None
         self._draft_llm: Any = None
-        if speculative:
+        if speculative and drafter == PROMPT_LOOKUP:
+            self._draft = PromptLookupDraft(config.draft_config)
+        elif speculative:
             self._draft_llm = load_llama(config.draft.path, config, logits_all=False)
             self._draft = GGUFDraftModel(self._draft_llm, config.draft_config)
         self.llm = load_llama(
@@ -435,11 +445,16 @@ class LlamaCppEngine:
             fp["target_memory"] = "recurrent: no roll back"
             if self._draft is not None:
                 fp["verify"] = "checkpoint and replay (as llama-server)"
-        if self._draft is not None:
+        if isinstance(self._draft, GGUFDraftModel):
             draft = read_gguf_info(cfg.draft.path)
             fp["draft_sha256"] = draft.sha256
             fp["draft_quant"] = draft.quant
-            fp["draft_config"] = cfg.draft_config.to_dict()
+        if self._draft is not None:
+            draft_config: JSONDict = cfg.draft_config.to_dict()
+            if isinstance(self._draft, PromptLookupDraft):  # (a draft model's is as before)
+                draft_config["drafter"] = PROMPT_LOOKUP
+                draft_config["max_ngram_size"] = self._draft.max_ngram_size
+            fp["draft_config"] = draft_config
         return fp
 
     def close(self) -> None:
@@ -471,5 +486,14 @@ def _sha(text: str | None) -> str | None:
 
 
 def make_engine(config: RunConfig, *, speculative: bool) -> LlamaCppEngine:
-    """The built-in engine factory."""
+    """The built-in engine factory: a GGUF draft model (``--engine llamacpp``)."""
     return LlamaCppEngine(config, speculative=speculative)
+
+
+def make_prompt_lookup_engine(config: RunConfig, *, speculative: bool) -> LlamaCppEngine:
+    """``--engine llamacpp:prompt-lookup``: llama-cpp-python's n-gram prompt lookup drafts."""
+    return LlamaCppEngine(config, speculative=speculative, drafter=PROMPT_LOOKUP)
+
+
+#: The variants of ``--engine llamacpp`` (the first is the default).
+DRAFTERS = {DRAFT_MODEL: make_engine, PROMPT_LOOKUP: make_prompt_lookup_engine}

@@ -27,7 +27,7 @@ GROUP = "equiv.engines"
 # The built-in engines, also declared as entry points in pyproject.toml; kept here so a source
 # checkout that was never installed still finds them.
 _BUILTIN = {
-    "llamacpp": "equiv.engines.llamacpp:make_engine",
+    "llamacpp": "equiv.engines.llamacpp:DRAFTERS",
     "reference": "equiv.engines.reference:RULE_FACTORIES",
     "server": "equiv.engines.server.engine:make_engine",
 }
