@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from equiv.config import RunConfig, SamplingConfig
-from equiv.models.tiny_recurrent import TinyPair, _Writer, build_tiny_recurrent_pair
+from equiv.models.tiny_gguf import _Writer
+from equiv.models.tiny_recurrent import TinyPair, build_tiny_recurrent_pair
 
 llama_cpp = pytest.importorskip("llama_cpp")
 
@@ -116,7 +117,7 @@ def test_chat_prompts_render_as_llama_cpp_renders_them_for_gemma():
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     from equiv.engines.chat import apply_builtin_template
-    from equiv.models.tiny_recurrent import GEMMA_CHAT_TEMPLATE
+    from equiv.models.tiny_gguf import GEMMA_CHAT_TEMPLATE
     from equiv.prompts import load_suites
 
     render = Jinja2ChatFormatter(template=GEMMA_CHAT_TEMPLATE, eos_token="<eos>", bos_token="<bos>")

@@ -39,7 +39,6 @@ file beside it; the same inputs give the same bytes. This module runs no generat
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -49,13 +48,7 @@ import numpy.typing as npt
 
 from equiv.config import ModelSpec
 from equiv.models.gguf import MetaValue, read_gguf_info, read_tokenizer_kv
-from equiv.models.tiny_recurrent import (
-    GEMMA_CHAT_TEMPLATE,
-    _gguf_version,
-    _live_tokens,
-    _normal,
-    _Writer,
-)
+from equiv.models.tiny_gguf import Tensors, gguf_version, live_tokens, normal, write_gguf
 
 __all__ = ["ARCH", "SEED", "VERSION", "build_tiny_mtp_model"]
 
@@ -81,7 +74,6 @@ MTP_OUT_STD = 0.05
 MTP_HIDDEN_MIX = 0.05
 
 F32 = npt.NDArray[np.float32]
-Tensors = dict[str, tuple[npt.NDArray[np.generic], gguf.GGMLQuantizationType | None]]
 
 
 def build_tiny_mtp_model(tokenizer_source: ModelSpec, folder: Path) -> ModelSpec:
@@ -97,7 +89,7 @@ def build_tiny_mtp_model(tokenizer_source: ModelSpec, folder: Path) -> ModelSpec
         started = time.perf_counter()
         folder.mkdir(parents=True, exist_ok=True)
         tokenizer = read_tokenizer_kv(tokenizer_source.path)
-        _write(path, tokenizer, _tensors(_live_tokens(tokenizer)))
+        _write(path, tokenizer, _tensors(live_tokens(tokenizer)))
         meta = {
             "version": VERSION,
             "seed": SEED,
@@ -107,7 +99,7 @@ def build_tiny_mtp_model(tokenizer_source: ModelSpec, folder: Path) -> ModelSpec
             "layers": MAIN_LAYERS,
             "nextn_predict_layers": MTP_LAYERS,
             "n_embd": N_EMBD,
-            "gguf": _gguf_version(),
+            "gguf": gguf_version(),
             "seconds": round(time.perf_counter() - started, 3),
         }
         meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -131,17 +123,17 @@ def _attention(t: Tensors, b: str, rng: np.random.Generator, out_std: float) -> 
     transposed, and ``attn_v_b``. Numpy shapes are ggml's reversed."""
     k_mla = QK_NOPE + QK_ROPE
     t[f"{b}.attn_norm.weight"] = _ones(N_EMBD)
-    t[f"{b}.attn_q_a.weight"] = _normal(rng, (Q_LORA_RANK, N_EMBD), N_EMBD**-0.5), None
+    t[f"{b}.attn_q_a.weight"] = normal(rng, (Q_LORA_RANK, N_EMBD), N_EMBD**-0.5), None
     t[f"{b}.attn_q_a_norm.weight"] = _ones(Q_LORA_RANK)
-    t[f"{b}.attn_q_b.weight"] = _normal(rng, (N_HEAD * k_mla, Q_LORA_RANK), Q_LORA_RANK**-0.5), None
-    kv_a = _normal(rng, (KV_LORA_RANK + QK_ROPE, N_EMBD), N_EMBD**-0.5)
+    t[f"{b}.attn_q_b.weight"] = normal(rng, (N_HEAD * k_mla, Q_LORA_RANK), Q_LORA_RANK**-0.5), None
+    kv_a = normal(rng, (KV_LORA_RANK + QK_ROPE, N_EMBD), N_EMBD**-0.5)
     t[f"{b}.attn_kv_a_mqa.weight"] = kv_a, None
     t[f"{b}.attn_kv_a_norm.weight"] = _ones(KV_LORA_RANK)
-    t[f"{b}.attn_k_b.weight"] = _normal(rng, (N_HEAD, KV_LORA_RANK, QK_NOPE), QK_NOPE**-0.5), None
-    v_b = _normal(rng, (N_HEAD, V_HEAD, KV_LORA_RANK), KV_LORA_RANK**-0.5)
+    t[f"{b}.attn_k_b.weight"] = normal(rng, (N_HEAD, KV_LORA_RANK, QK_NOPE), QK_NOPE**-0.5), None
+    v_b = normal(rng, (N_HEAD, V_HEAD, KV_LORA_RANK), KV_LORA_RANK**-0.5)
     t[f"{b}.attn_v_b.weight"] = v_b, None
     n_v = N_HEAD * V_HEAD
-    t[f"{b}.attn_output.weight"] = _normal(rng, (N_EMBD, n_v), out_std * n_v**-0.5), None
+    t[f"{b}.attn_output.weight"] = normal(rng, (N_EMBD, n_v), out_std * n_v**-0.5), None
     t[f"{b}.ffn_norm.weight"] = _ones(N_EMBD)
 
 
@@ -156,26 +148,26 @@ def _tensors(live: npt.NDArray[np.bool_]) -> Tensors:
     for i in range(MAIN_LAYERS):
         b = f"blk.{i}"
         _attention(t, b, rng, MAIN_OUT_STD)
-        t[f"{b}.ffn_gate.weight"] = _normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5), None
-        t[f"{b}.ffn_up.weight"] = _normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5), None
-        t[f"{b}.ffn_down.weight"] = _normal(rng, (N_EMBD, N_FF), MAIN_OUT_STD * N_FF**-0.5), None
+        t[f"{b}.ffn_gate.weight"] = normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5), None
+        t[f"{b}.ffn_up.weight"] = normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5), None
+        t[f"{b}.ffn_down.weight"] = normal(rng, (N_EMBD, N_FF), MAIN_OUT_STD * N_FF**-0.5), None
     b = f"blk.{MAIN_LAYERS}"
-    eh = _normal(rng, (N_EMBD, 2 * N_EMBD), MTP_HIDDEN_MIX * N_EMBD**-0.5)
+    eh = normal(rng, (N_EMBD, 2 * N_EMBD), MTP_HIDDEN_MIX * N_EMBD**-0.5)
     eh[:, :N_EMBD] += np.eye(N_EMBD, dtype=np.float32)  # [enorm(embedding), hnorm(hidden)]
     t[f"{b}.nextn.eh_proj.weight"] = eh, None
     t[f"{b}.nextn.enorm.weight"] = _ones(N_EMBD)
     t[f"{b}.nextn.hnorm.weight"] = _ones(N_EMBD)
     _attention(t, b, rng, MTP_OUT_STD)
-    t[f"{b}.ffn_gate_inp.weight"] = _normal(rng, (N_EXPERT, N_EMBD), N_EMBD**-0.5), None
+    t[f"{b}.ffn_gate_inp.weight"] = normal(rng, (N_EXPERT, N_EMBD), N_EMBD**-0.5), None
     exps = (N_EXPERT, N_FF_EXP, N_EMBD)
-    t[f"{b}.ffn_gate_exps.weight"] = _normal(rng, exps, N_EMBD**-0.5), None
-    t[f"{b}.ffn_up_exps.weight"] = _normal(rng, exps, N_EMBD**-0.5), None
-    down = _normal(rng, (N_EXPERT, N_EMBD, N_FF_EXP), MTP_OUT_STD * N_FF_EXP**-0.5)
+    t[f"{b}.ffn_gate_exps.weight"] = normal(rng, exps, N_EMBD**-0.5), None
+    t[f"{b}.ffn_up_exps.weight"] = normal(rng, exps, N_EMBD**-0.5), None
+    down = normal(rng, (N_EXPERT, N_EMBD, N_FF_EXP), MTP_OUT_STD * N_FF_EXP**-0.5)
     t[f"{b}.ffn_down_exps.weight"] = down, None
     n_sh = N_FF_EXP * N_EXPERT_SHARED
-    t[f"{b}.ffn_gate_shexp.weight"] = _normal(rng, (n_sh, N_EMBD), N_EMBD**-0.5), None
-    t[f"{b}.ffn_up_shexp.weight"] = _normal(rng, (n_sh, N_EMBD), N_EMBD**-0.5), None
-    t[f"{b}.ffn_down_shexp.weight"] = _normal(rng, (N_EMBD, n_sh), MTP_OUT_STD * n_sh**-0.5), None
+    t[f"{b}.ffn_gate_shexp.weight"] = normal(rng, (n_sh, N_EMBD), N_EMBD**-0.5), None
+    t[f"{b}.ffn_up_shexp.weight"] = normal(rng, (n_sh, N_EMBD), N_EMBD**-0.5), None
+    t[f"{b}.ffn_down_shexp.weight"] = normal(rng, (N_EMBD, n_sh), MTP_OUT_STD * n_sh**-0.5), None
     t["output_norm.weight"] = _ones(N_EMBD)
     t["output.weight"] = _q8(out)
     return t
@@ -212,25 +204,8 @@ def _params() -> dict[str, int | float]:
 
 
 def _write(path: Path, tokenizer: dict[str, MetaValue], tensors: Tensors) -> None:
-    """Write atomically: a reader never sees half a file under the final name."""
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    writer = _Writer(tmp, ARCH)
-    writer.add_name(f"equiv tiny {ARCH} mtp v{VERSION}")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
-    for key, value in _params().items():
-        if isinstance(value, float):
-            writer.add_float32(f"{ARCH}.{key}", value)
-        else:
-            writer.add_uint32(f"{ARCH}.{key}", value)
-    for key, meta in tokenizer.items():
-        writer.add_key_value(key, meta.value, meta.type, sub_type=meta.item_type)
-    writer.add_chat_template(GEMMA_CHAT_TEMPLATE)
-    for name, (array, qtype) in tensors.items():
-        writer.add_tensor(name, array, raw_dtype=qtype)
-    try:
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
-    os.replace(tmp, path)
+    write_gguf(
+        path, ARCH, name=f"equiv tiny {ARCH} mtp v{VERSION}",
+        file_type=gguf.LlamaFileType.MOSTLY_Q8_0, params=_params(), tokenizer=tokenizer,
+        tensors=tensors,
+    )  # fmt: skip

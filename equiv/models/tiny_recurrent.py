@@ -29,8 +29,6 @@ This module runs no generation.
 from __future__ import annotations
 
 import json
-import os
-import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,33 +40,13 @@ import numpy.typing as npt
 
 from equiv.config import ModelSpec
 from equiv.models.gguf import MetaValue, read_gguf_info, read_tokenizer_kv
+from equiv.models.tiny_gguf import gguf_version, live_tokens, normal, write_gguf
 
 __all__ = ["SEED", "VERSION", "TinyPair", "build_tiny_recurrent_pair"]
 
 #: Bump when anything that changes the files' bytes changes (shapes, scales, seed, layout).
 VERSION = "2"
 SEED = 20240617
-
-#: llama.cpp's built-in ``gemma`` chat template (``LLM_CHAT_TEMPLATE_GEMMA``, which the bundled
-#: Gemma 3 gets by its architecture) written as Jinja: a system message joins the first user turn.
-#: A ``mamba`` or ``llama`` file has no built-in Gemma template, so the tiny pair carries this one;
-#: llama-server detects it as ``gemma`` (``<start_of_turn>``) and renders the same text.
-GEMMA_CHAT_TEMPLATE = (
-    "{%- set ns = namespace(system='') -%}"
-    "{%- for message in messages -%}"
-    "{%- if message['role'] == 'system' -%}"
-    "{%- set ns.system = ns.system + message['content'] | trim -%}"
-    "{%- else -%}"
-    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
-    "{{- '<start_of_turn>' + role + '\\n' -}}"
-    "{%- if ns.system and role != 'model' -%}"
-    "{{- ns.system + '\\n\\n' -}}{%- set ns.system = '' -%}"
-    "{%- endif -%}"
-    "{{- message['content'] | trim + '<end_of_turn>\\n' -}}"
-    "{%- endif -%}"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"
-)
 
 N_EMBD = 32
 CONTEXT_LENGTH = 4096
@@ -86,6 +64,7 @@ MAMBA_OUT_STD = 0.3
 DRAFT_OUT_STD = 0.1
 
 F32 = npt.NDArray[np.float32]
+Arrays = dict[str, npt.NDArray[Any]]
 
 
 @dataclass(frozen=True)
@@ -122,7 +101,7 @@ def build_tiny_recurrent_pair(tokenizer_source: ModelSpec, folder: Path) -> Tiny
             "tokenizer_source_sha256": info.sha256,
             "target": {"architecture": "mamba", "layers": MAMBA_LAYERS, "n_embd": N_EMBD},
             "draft": {"architecture": "llama", "layers": DRAFT_LAYERS, "n_embd": N_EMBD},
-            "gguf": _gguf_version(),
+            "gguf": gguf_version(),
             "seconds": round(time.perf_counter() - started, 3),
         }
         meta_path.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
@@ -144,22 +123,8 @@ class _Shared:
     output: npt.NDArray[np.float16]  # (n_vocab, n_embd), zero rows for tokens never emitted
 
 
-def _live_tokens(tokenizer: dict[str, MetaValue]) -> npt.NDArray[np.bool_]:
-    """Ordinary tokens whose text is printable ASCII (SentencePiece's '▁' read as a space)."""
-    texts = tokenizer["tokenizer.ggml.tokens"].value
-    types = tokenizer.get("tokenizer.ggml.token_type")
-    assert isinstance(texts, list)
-    kinds = types.value if types is not None else [1] * len(texts)
-    assert isinstance(kinds, list)
-    live = np.zeros(len(texts), dtype=bool)
-    for i, (text, kind) in enumerate(zip(texts, kinds, strict=True)):
-        piece = text.replace("\u2581".encode(), b" ")
-        live[i] = kind == 1 and bool(piece) and piece.isascii() and piece.decode().isprintable()
-    return live
-
-
 def _shared_weights(tokenizer: dict[str, MetaValue]) -> _Shared:
-    live = _live_tokens(tokenizer)
+    live = live_tokens(tokenizer)
     n_vocab = len(live)
     rng = np.random.default_rng([SEED, 0])
     embd = rng.standard_normal((n_vocab, N_EMBD), dtype=np.float32)
@@ -168,52 +133,43 @@ def _shared_weights(tokenizer: dict[str, MetaValue]) -> _Shared:
     return _Shared(n_vocab, embd.astype(np.float16), out.astype(np.float16))
 
 
-def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> F32:
-    values: F32 = rng.standard_normal(shape, dtype=np.float32)
-    values *= np.float32(std)
-    return values
-
-
-Tensors = dict[str, npt.NDArray[np.generic]]
-
-
-def _mamba_tensors(shared: _Shared) -> Tensors:
+def _mamba_tensors(shared: _Shared) -> Arrays:
     """Numpy shapes are ggml's reversed: ``ssm_in`` {n_embd, 2*d_inner} is (2*d_inner, n_embd)."""
     d_inner = 2 * N_EMBD
     rng = np.random.default_rng([SEED, 1])
-    t: Tensors = {"token_embd.weight": shared.token_embd}
+    t: Arrays = {"token_embd.weight": shared.token_embd}
     for i in range(MAMBA_LAYERS):
         b = f"blk.{i}"
         dt = np.exp(rng.uniform(np.log(1e-3), np.log(1e-1), d_inner)).astype(np.float32)
         t[f"{b}.attn_norm.weight"] = np.ones(N_EMBD, dtype=np.float32)
-        t[f"{b}.ssm_in.weight"] = _normal(rng, (2 * d_inner, N_EMBD), N_EMBD**-0.5)
-        t[f"{b}.ssm_conv1d.weight"] = _normal(rng, (d_inner, D_CONV), D_CONV**-0.5)
+        t[f"{b}.ssm_in.weight"] = normal(rng, (2 * d_inner, N_EMBD), N_EMBD**-0.5)
+        t[f"{b}.ssm_conv1d.weight"] = normal(rng, (d_inner, D_CONV), D_CONV**-0.5)
         t[f"{b}.ssm_conv1d.bias"] = np.zeros(d_inner, dtype=np.float32)
-        t[f"{b}.ssm_x.weight"] = _normal(rng, (DT_RANK + 2 * D_STATE, d_inner), d_inner**-0.5)
-        t[f"{b}.ssm_dt.weight"] = _normal(rng, (d_inner, DT_RANK), DT_RANK**-0.5)
+        t[f"{b}.ssm_x.weight"] = normal(rng, (DT_RANK + 2 * D_STATE, d_inner), d_inner**-0.5)
+        t[f"{b}.ssm_dt.weight"] = normal(rng, (d_inner, DT_RANK), DT_RANK**-0.5)
         t[f"{b}.ssm_dt.bias"] = (dt + np.log(-np.expm1(-dt))).astype(np.float32)  # softplus⁻¹
         a = -np.arange(1, D_STATE + 1, dtype=np.float32)  # A = -exp(A_log), S4D-real init
         t[f"{b}.ssm_a"] = np.tile(a, (d_inner, 1))
         t[f"{b}.ssm_d"] = np.ones(d_inner, dtype=np.float32)
-        t[f"{b}.ssm_out.weight"] = _normal(rng, (N_EMBD, d_inner), MAMBA_OUT_STD * d_inner**-0.5)
+        t[f"{b}.ssm_out.weight"] = normal(rng, (N_EMBD, d_inner), MAMBA_OUT_STD * d_inner**-0.5)
     t["output_norm.weight"] = np.ones(N_EMBD, dtype=np.float32)
     t["output.weight"] = shared.output
     return t
 
 
-def _llama_tensors(shared: _Shared) -> Tensors:
+def _llama_tensors(shared: _Shared) -> Arrays:
     rng = np.random.default_rng([SEED, 2])
-    t: Tensors = {"token_embd.weight": shared.token_embd}
+    t: Arrays = {"token_embd.weight": shared.token_embd}
     for i in range(DRAFT_LAYERS):
         b = f"blk.{i}"
         t[f"{b}.attn_norm.weight"] = np.ones(N_EMBD, dtype=np.float32)
         for name in ("attn_q", "attn_k", "attn_v"):
-            t[f"{b}.{name}.weight"] = _normal(rng, (N_EMBD, N_EMBD), N_EMBD**-0.5)
-        t[f"{b}.attn_output.weight"] = _normal(rng, (N_EMBD, N_EMBD), DRAFT_OUT_STD * N_EMBD**-0.5)
+            t[f"{b}.{name}.weight"] = normal(rng, (N_EMBD, N_EMBD), N_EMBD**-0.5)
+        t[f"{b}.attn_output.weight"] = normal(rng, (N_EMBD, N_EMBD), DRAFT_OUT_STD * N_EMBD**-0.5)
         t[f"{b}.ffn_norm.weight"] = np.ones(N_EMBD, dtype=np.float32)
-        t[f"{b}.ffn_gate.weight"] = _normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5)
-        t[f"{b}.ffn_up.weight"] = _normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5)
-        t[f"{b}.ffn_down.weight"] = _normal(rng, (N_EMBD, N_FF), DRAFT_OUT_STD * N_FF**-0.5)
+        t[f"{b}.ffn_gate.weight"] = normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5)
+        t[f"{b}.ffn_up.weight"] = normal(rng, (N_FF, N_EMBD), N_EMBD**-0.5)
+        t[f"{b}.ffn_down.weight"] = normal(rng, (N_EMBD, N_FF), DRAFT_OUT_STD * N_FF**-0.5)
     t["output_norm.weight"] = np.ones(N_EMBD, dtype=np.float32)
     t["output.weight"] = shared.output
     return t
@@ -255,58 +211,9 @@ def _write(
     arch: str,
     tokenizer: dict[str, MetaValue],
     params: dict[str, int | float],
-    tensors: Tensors,
+    tensors: Arrays,
 ) -> None:
-    """Write atomically: a reader never sees half a file under the final name."""
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    writer = _Writer(tmp, arch)
-    writer.add_name(f"equiv tiny {arch} v{VERSION}")
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
-    for key, value in params.items():
-        if isinstance(value, float):
-            writer.add_float32(f"{arch}.{key}", value)
-        else:
-            writer.add_uint32(f"{arch}.{key}", value)
-    for key, meta in tokenizer.items():
-        writer.add_key_value(key, meta.value, meta.type, sub_type=meta.item_type)
-    writer.add_chat_template(GEMMA_CHAT_TEMPLATE)
-    for name, array in tensors.items():
-        writer.add_tensor(name, array)
-    try:
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
-    os.replace(tmp, path)
-
-
-class _Writer(gguf.GGUFWriter):
-    """`gguf.GGUFWriter` with typed arrays packed in one call instead of one per item (the
-    tokenizer's three 262,144-item arrays take 3 s per file otherwise); the same bytes."""
-
-    def _pack_val(
-        self,
-        val: Any,
-        vtype: gguf.GGUFValueType,
-        add_vtype: bool,
-        sub_type: gguf.GGUFValueType | None = None,
-    ) -> bytes:
-        little = self.endianess == gguf.GGUFEndian.LITTLE
-        if vtype != gguf.GGUFValueType.ARRAY or sub_type is None or not val or not little:
-            return super()._pack_val(val, vtype, add_vtype, sub_type)
-        if sub_type == gguf.GGUFValueType.STRING:
-            items = [v.encode() if isinstance(v, str) else bytes(v) for v in val]
-            body = b"".join(struct.pack("<Q", len(v)) + v for v in items)
-        elif (fmt := self._simple_value_packing.get(sub_type)) is not None and fmt != "?":
-            body = struct.pack(f"<{len(val)}{fmt}", *val)
-        else:
-            return super()._pack_val(val, vtype, add_vtype, sub_type)
-        head = struct.pack("<I", vtype) if add_vtype else b""
-        return head + struct.pack("<IQ", sub_type, len(val)) + body
-
-
-def _gguf_version() -> str:
-    from importlib.metadata import version
-
-    return version("gguf")
+    write_gguf(
+        path, arch, name=f"equiv tiny {arch} v{VERSION}", file_type=gguf.LlamaFileType.MOSTLY_F16,
+        params=params, tokenizer=tokenizer, tensors={k: (v, None) for k, v in tensors.items()},
+    )  # fmt: skip
