@@ -37,6 +37,16 @@ def test_a_llama_server_path_that_exists_is_run(tmp_path: Path) -> None:
     assert mapping.runs.startswith(f"running your llama-server {build}/llama-server")
 
 
+def test_a_relative_server_path_stays_a_path(tmp_path: Path, monkeypatch) -> None:
+    """``./llama-server`` is the file here, not a name to look up on PATH (it was run as
+    ``llama-server`` and not found)."""
+    _build_dir(tmp_path, "llama-server")
+    monkeypatch.chdir(tmp_path)
+    mapping = map_to_run(parse_command("./llama-server -m t.gguf"))
+    assert mapping.values["server_bin"] == str(tmp_path / "llama-server")
+    assert mapping.runs == f"running your llama-server {tmp_path / 'llama-server'} with your flags"
+
+
 def test_llama_cli_maps_onto_the_llama_server_of_its_build(tmp_path: Path) -> None:
     build = _build_dir(tmp_path, "llama-cli", "llama-server")
     binary, said = user_server(parse_command(f"{build}/llama-speculative -m t.gguf"))

@@ -163,12 +163,14 @@ def user_server(cmd: LlamaCommand, *, server_bin: str | None = None) -> tuple[st
             raise ConfigError(
                 f"--server-bin {server_bin!r} does not exist; give the path of your llama-server"
             )
-        return str(given), f"running your llama-server {given} (--server-bin) with your flags"
+        return str(
+            given.resolve()
+        ), f"running your llama-server {given} (--server-bin) with your flags"
     if not cmd.program_path:
         return None, _IN_PROCESS + "; pass --server-bin PATH to check your own build"
     written = cmd.program_path
     found = shutil.which(written) if "/" not in written else written
-    path = Path(found).expanduser() if found else None
+    path = Path(found).expanduser().resolve() if found else None
     if path is not None and path.is_file() and cmd.program in ("llama-server", "server"):
         return str(path), f"running your llama-server {path} with your flags"
     if path is not None and path.is_file() and cmd.program in _BUILD_PROGRAMS:

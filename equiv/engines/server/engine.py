@@ -137,7 +137,7 @@ class ServerEngine:
                 "(equiv check-draft TARGET tells), or another type"
             )
         argv = llama_server_argv(
-            str(Path(binary).expanduser()),
+            str(Path(binary).expanduser().resolve()),  # "./llama-server" stays a path
             flags,
             self.config,
             speculative=self.path == "speculative",

@@ -103,10 +103,14 @@ def detect_flags(binary: str) -> ServerFlags:
         return _FLAGS_CACHE[key]
     try:
         helped = subprocess.run(
-            [str(path), "--help"], capture_output=True, text=True, timeout=60, check=False
+            [str(path.resolve()), "--help"], capture_output=True, text=True, timeout=60, check=False
         )
         versioned = subprocess.run(
-            [str(path), "--version"], capture_output=True, text=True, timeout=60, check=False
+            [str(path.resolve()), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ConfigError(
