@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-TYPES = ("draft-simple", "ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "mtp")
+NGRAM_TYPES = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+TYPES = ("draft-simple", *NGRAM_TYPES, "mtp")
 #: n-gram sizes that draft within short answers (the defaults need 12-24-token matches).
 NGRAM_ARGS = {
     "ngram-mod": "--spec-ngram-mod-n-match 3 --spec-ngram-mod-n-min 1 --spec-ngram-mod-n-max 6",
@@ -48,13 +50,16 @@ def _argv(kind: str, args: argparse.Namespace, mode: str, out: Path) -> list[str
 def _row(kind: str, mode: str, summary: dict[str, Any], wall: float) -> str:
     speed = summary.get("speed") or {}
     labels = ", ".join(f"{n} {k}" for k, n in summary["labels"].items() if n)
-    run = summary["verdict"]["label"]
+    run = f"**{summary['verdict']['label']}**"
+    need = re.search(r"about (\d+) seeds", summary["verdict"]["reason"])
+    if need:  # the pooled answer's own estimate of the seeds a prompt that would decide it
+        run += f" (about {need.group(1)} seeds)"
     acc, up = speed.get("acceptance"), speed.get("measured_speedup")
     drafted = speed.get("drafted")
     cells = [
         kind,
         mode,
-        f"**{run}**",
+        run,
         labels,
         "-" if acc is None else f"{acc:.2f} ({speed.get('accepted')} / {drafted})",
         "-" if up is None else f"{up:.2f}x",
