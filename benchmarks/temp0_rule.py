@@ -32,7 +32,7 @@ from equiv.engines import load_factory
 from equiv.engines.llama_load import load_llama
 from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
-from equiv.records import ResultsFile
+from equiv.records import PathName, ResultsFile
 from equiv.records.verdict import verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
@@ -107,7 +107,7 @@ def relaxed(config: RunConfig, prompts: list[Any]) -> None:
             assert rest.logits is not None
             spec_rows = np.concatenate([base.logits[: d + 1], rest.logits])
             spec = dataclasses.replace(
-                base, path="speculative", tokens=(*base.tokens[:d], b, *rest.tokens),
+                base, path=PathName.SPECULATIVE, tokens=(*base.tokens[:d], b, *rest.tokens),
                 pieces=(), text="", logits=spec_rows, alternatives=(), draft_steps=(),
             )  # fmt: skip
             record = compare(base, spec)

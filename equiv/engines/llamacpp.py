@@ -60,7 +60,7 @@ class LlamaCppEngine:
     def __init__(self, config: RunConfig, *, speculative: bool, drafter: str = DRAFT_MODEL) -> None:
         config = config.for_path(speculative=speculative)
         self.config = config
-        self.path = PathName.SPECULATIVE if speculative else PathName.BASELINE
+        self.path: str = PathName.SPECULATIVE if speculative else PathName.BASELINE
         self.drafter = drafter
         #: equiv.engines.base.SelfDrafting: prompt lookup reads no draft file
         self.drafts_from_file = drafter == DRAFT_MODEL
@@ -282,7 +282,7 @@ class LlamaCppEngine:
         k_rec = self.config.top_k_record if self.config.mode is Mode.TEMP0 else 2
         text = bytes(self.llm.detokenize(tokens, special=True)).decode("utf-8", errors="replace")
         return Generation(
-            path=self.path,
+            path=PathName(self.path),
             prompt_tokens=tuple(int(t) for t in prompt_tokens),
             tokens=tuple(tokens),
             pieces=tuple(self.token_text(t) for t in tokens),

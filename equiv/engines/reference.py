@@ -76,7 +76,7 @@ class ReferenceEngine(LlamaCppEngine):
             )
         self.rule = rule
         self.config = config
-        self.path = PathName.SPECULATIVE
+        self.path: str = PathName.SPECULATIVE
         self._draft = None
         self._draft_llm = load_llama(config.draft.path, config, logits_all=False)
         self.llm = load_llama(config.target.path, config, logits_all=True)

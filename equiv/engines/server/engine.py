@@ -79,7 +79,7 @@ class ServerEngine:
     ) -> None:
         self.config = config
         self.settings = settings = settings or settings_for(config)
-        self.path = PathName.SPECULATIVE if speculative else PathName.BASELINE
+        self.path: str = PathName.SPECULATIVE if speculative else PathName.BASELINE
         self.max_in_flight = settings.in_flight(config.mode)  # prompts the runner keeps in flight
         self._server: ServerProcess | None = None
         #: equiv.engines.base.SelfDrafting: a URL's drafter is unknown, taken to be a draft file
@@ -380,7 +380,7 @@ class ServerEngine:
             for i, t in enumerate(parsed.tokens)
         )
         return Generation(
-            path=self.path,
+            path=PathName(self.path),
             prompt_tokens=tuple(int(t) for t in prompt_tokens),
             tokens=parsed.tokens,
             pieces=tuple(pieces),
