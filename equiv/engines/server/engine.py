@@ -47,7 +47,6 @@ from equiv.engines.server.settings import (
     ServerSettings,
     settings_for,
 )
-from equiv.engines.server.spec_types import chosen_types, reads_draft_file
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
@@ -127,15 +126,6 @@ class ServerEngine:
     # -- starting and inspecting the server --------------------------------------------------
     def _start_server(self, binary: str) -> str:
         flags = detect_flags(binary)
-        types = chosen_types(self.settings.spec_type, flags.spec_types)  # before either starts
-        self.drafts_from_file = reads_draft_file(types)
-        if types and "draft-mtp" in types and not read_gguf_info(self.config.target.path).mtp_head:
-            raise ConfigError(
-                f"--server-spec-type {','.join(types)}: the target {self.config.target.path} "
-                "has no MTP head (no nextn.eh_proj in its last block; llama-server would exit "
-                "'failed to create MTP context'): use a GGUF converted with its MTP layers "
-                "(equiv check-draft TARGET tells), or another type"
-            )
         argv = llama_server_argv(
             str(Path(binary).expanduser().resolve()),  # "./llama-server" stays a path
             flags,
@@ -150,6 +140,7 @@ class ServerEngine:
         log_path = log_dir / f"llama-server-{self.path}.log"
         self._flags = flags
         self._argv = argv
+        self.drafts_from_file = "--model-draft" in split_draft(argv, flags)[1]
         self._server = ServerProcess.start(
             argv, log_path=log_path, timeout_s=self.settings.start_timeout_s
         )
@@ -214,8 +205,10 @@ class ServerEngine:
             slots = self.client.get("/slots")
         except HttpStatusError:
             return None
+        if not isinstance(slots, list):
+            return None
         said = [s["speculative"] for s in slots if isinstance(s, dict) and "speculative" in s]
-        return any(bool(v) for v in said) if isinstance(slots, list) and said else None
+        return any(bool(v) for v in said) if said else None
 
     def _inspect_openai(self) -> JSONDict:
         models = self.client.get("/v1/models")

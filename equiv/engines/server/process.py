@@ -162,6 +162,16 @@ def llama_server_argv(
     ``--spec-type`` (`equiv.engines.server.spec_types.chosen_types`: draft-simple by default;
     n-gram and MTP types get no ``--model-draft``).
     """
+    # Both paths check the speculative type, so neither server starts on one that cannot run.
+    types = chosen_types(spec_type, flags.spec_types)
+    info = read_gguf_info(config.target.path, with_sha256=False)
+    if types and "draft-mtp" in types and not info.mtp_head:
+        raise ConfigError(
+            f"--server-spec-type {','.join(types)}: the target {config.target.path} has no MTP "
+            "head (no nextn.eh_proj in its last block; llama-server would exit 'failed to "
+            "create MTP context'): use a GGUF converted with its MTP layers (equiv check-draft "
+            "TARGET tells), or another type"
+        )
     half = max(1, (os.cpu_count() or 1) // 2)
     n = config.n_threads if slots == 1 else min(config.n_threads, half)
     threads = str(n)
@@ -174,7 +184,6 @@ def llama_server_argv(
         argv += ["-fa"]
     if flags.no_ui:
         argv.append(flags.no_ui)
-    info = read_gguf_info(config.target.path, with_sha256=False)
     if not info.chat_template and info.architecture in _BUILTIN_TEMPLATES:
         if flags.no_jinja:  # where jinja is the default, a template name would be taken literally
             argv.append(flags.no_jinja)
@@ -182,7 +191,6 @@ def llama_server_argv(
     argv += list(extra)
     if speculative:
         draft = config.draft_config
-        types = chosen_types(spec_type, flags.spec_types)
         argv += [flags.draft_max, str(draft.draft_max)]
         if reads_draft_file(types):
             argv += ["--model-draft", config.draft.path]
