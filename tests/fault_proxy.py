@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from equiv.engines.server.api import rows_of_tokens
+from equiv.errors import EngineError
 
 __all__ = ["FaultProxy"]
 
@@ -123,7 +124,7 @@ class FaultProxy:
         rng = random.Random(int(request.get("seed", 0)) * 7919 + len(request["prompt"]))
         i = 0
         rows = _rows(answer)  # llama-server sends no row for some byte pieces
-        while i < len(answer.get("tokens", [])):
+        while rows is not None and i < len(answer.get("tokens", [])):
             j = rows[i]
             candidates = [] if j is None else _candidates(answer["completion_probabilities"][j])
             replacement = None
@@ -142,8 +143,7 @@ class FaultProxy:
                     drawn = _draw(candidates, self.temp, rng)
                     replacement = drawn if drawn[0] != token else None
             if replacement is not None:
-                answer = self._continue(request, answer, i, replacement)
-                rows = _rows(answer)
+                answer, rows = self._continue(request, answer, rows, i, replacement)
                 with self._lock:
                     self.faults += 1
                 if self.fault == "swap":
@@ -152,38 +152,58 @@ class FaultProxy:
         return answer
 
     def _continue(
-        self, request: dict[str, Any], answer: dict[str, Any], i: int, token: tuple[int, float]
-    ) -> dict[str, Any]:
-        """``answer`` with token i replaced by ``token`` and the rest generated after it."""
+        self,
+        request: dict[str, Any],
+        answer: dict[str, Any],
+        rows: list[int | None],
+        i: int,
+        token: tuple[int, float],
+    ) -> tuple[dict[str, Any], list[int | None] | None]:
+        """``answer`` with token i replaced by ``token`` and the rest generated after it, with
+        each token's row in it (the rows of the rest None where they cannot be placed: the
+        proxy corrupts no further, and equiv places them with the tokens' bytes)."""
         probs = answer["completion_probabilities"]
-        rows = _rows(answer)
-        entry = dict(probs[rows[i]])
+        entry = dict(probs[rows[i]])  # a replaced token has a row
         chosen = next(c for c in entry["top_logprobs"] if int(c["id"]) == token[0])
         entry.update(id=token[0], token=chosen["token"], bytes=chosen.get("bytes"))
         entry["logprob"] = token[1]
         head_tokens = [*answer["tokens"][:i], token[0]]
         head_probs = [*(probs[j] for j in rows[:i] if j is not None), entry]
+        head_rows = [*rows[:i], None]
+        at = 0
+        for k, j in enumerate(head_rows):  # renumbered: the head keeps only its rows, in order
+            if j is not None or k == i:
+                head_rows[k], at = at, at + 1
         remaining = int(request["n_predict"]) - len(head_tokens)
         out = dict(answer)  # the original timings (draft counts) are kept
         out["stop_type"] = "limit"
         tail_tokens: list[int] = []
         tail_probs: list[dict[str, Any]] = []
+        tail_rows: list[int | None] | None = []
         if remaining > 0:
             follow = dict(request, prompt=[*request["prompt"], *head_tokens], n_predict=remaining)
             rest = self._complete(follow)
             tail_tokens = list(rest.get("tokens", []))
             tail_probs = list(rest.get("completion_probabilities", []))
             out["stop_type"] = rest.get("stop_type", "limit")
+            tail_rows = _rows(rest)
         out["tokens"] = head_tokens + tail_tokens
         out["completion_probabilities"] = head_probs + tail_probs
         out["content"] = "".join(_text(p) for p in out["completion_probabilities"])
-        return out
+        if tail_rows is None:
+            return out, None
+        return out, head_rows + [None if j is None else j + at for j in tail_rows]
 
 
-def _rows(answer: dict[str, Any]) -> list[int | None]:
-    """Each token's row in ``answer`` (None: the server sent it none), matched by ID."""
+def _rows(answer: dict[str, Any]) -> list[int | None] | None:
+    """Each token's row in ``answer`` (None: the server sent it none), matched by ID; None
+    where two byte pieces share an ID and the rows fit either (only the tokens' bytes tell,
+    and the proxy has none: it passes the answer on uncorrupted, as the server sent it)."""
     ids = [int(p["id"]) for p in answer.get("completion_probabilities", [])]
-    return rows_of_tokens(answer.get("tokens", []), ids, url="upstream")
+    try:
+        return rows_of_tokens(answer.get("tokens", []), ids, url="upstream")
+    except EngineError:
+        return None
 
 
 def _candidates(entry: dict[str, Any]) -> list[tuple[int, float]]:

@@ -106,7 +106,10 @@ def _sampling_labels(model_pair, servers, tmp_path, fault: str, **kwargs: float)
 
 
 def test_a_greedy_ish_verifier_is_a_sampler_bug_over_http(model_pair, servers, tmp_path):
-    labels, run = _sampling_labels(model_pair, servers, tmp_path, "greedy", rate=0.5)
+    # every non-top token that has a row replaced by the top one: at rate 0.5 the top-token
+    # excess over the placebo (about +0.026 a token in 2,304) sat at z ~ 2.6 against a critical
+    # value of 2.6-3.0, a coin flip on another CPU; at 1.0 it sits near z ~ 5
+    labels, run = _sampling_labels(model_pair, servers, tmp_path, "greedy", rate=1.0)
     assert Label.SAMPLER_BUG in labels, labels
     # pooled over the prompts; confirmed against batched rows by the prompt's own follow-up, so
     # the run asks no follow-up of its own
