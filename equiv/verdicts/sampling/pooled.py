@@ -4,24 +4,37 @@ pooled (`pool`, then `equiv.verdicts.sampling.run_verdict.classify_run`).
 A sampler fault is a fault of the deployment, not of one prompt. Under H0 (the speculative path
 samples as plain decoding does) each emitted token's residual under the instrument's rows has mean
 0 given its context, so per-sample sums add over seeds *and* prompts: the run is one sample of
-samples, each sample a cluster. Every test here is the speculative samples against the *placebo*
-(the baseline's own samples through the very same instrument, `equiv.verdicts.sampling.placebo`),
-so an error the instrument makes on both cancels and the instrument alone cannot reject:
+samples, each sample a cluster. Two designs, by what the instrument is:
+
+- `OWN_ROWS`, in process: each path's samples are scored under the rows it reported, the logits
+  its engine sampled from, so the speculative samples are tested against them directly (one
+  sample: half the variance of a comparison with the placebo, whose own residuals add their
+  noise and nothing else). The *placebo* (the baseline's samples through the very same
+  pipeline) judges the instrument: the same tests on it must not reject, or the run is
+  ``inconclusive`` (equiv's chain, recomputed from the logits, does not reproduce the engine's
+  own sampler) and no pooled test is believed.
+- `VS_PLACEBO`, over HTTP: both paths are scored under the target's single-token re-scoring,
+  which is not exact (another batch, another cache state), so every test is the speculative
+  samples against the placebo's (`equiv.verdicts.sampling.placebo`): an error the instrument
+  makes on both cancels, and the instrument alone cannot reject.
+
+The tests:
 
 - ``pit``: the randomized PITs' histograms (omnibus: any change of shape);
 - ``top-token``: the top token emitted in excess of what the rows imply (greedy-ish acceptance,
   a too-cold sampler, "relaxed" acceptance of the runner-up);
 - ``temperature``: ``λ - 1`` of the tempered family ``p ** λ`` (a wrong temperature anywhere);
 - ``support``: tokens the configured chain cannot emit under the rows (a top-k/top-p/min-p cut-off
-  ignored, a residual without its clamp or its normalisation): an exact conditional binomial test
-  of the two paths' counts.
+  ignored, a residual without its clamp or its normalisation): in both designs an exact
+  conditional binomial test of the two paths' counts.
 
 They are Holm-adjusted among themselves at the run's pooled level. Beside each directed test a
-*bound*: the difference speculative minus placebo with its ``1 - 2 alpha`` confidence interval
-(the two one-sided tests of TOST at ``alpha``), in units a user reads. The margins are the
-smallest effects that matter (`MARGINS`): each is below the mildest reference fault that the
-sequential benchmark injects (``wrong_temp``: 18 % colder, ``greedy`` at 0.1: the top token
-about 3 points more often), so ``equivalent`` excludes them.
+*bound* with its ``1 - 2 alpha`` confidence interval (the two one-sided tests of TOST at
+``alpha``), in units a user reads: the speculative samples' own effect (`OWN_ROWS`) or the
+difference speculative minus placebo (`VS_PLACEBO`). The margins are the smallest effects that
+matter (`MARGINS`): each is below the mildest reference fault that the sequential benchmark
+injects (``wrong_temp``: 18 % colder, ``greedy`` at 0.1: the top token about 3 points more
+often), so ``equivalent`` excludes them.
 
 Prompts whose samples were not scored by the instrument on both paths (re-scoring not offered or
 failed) are left out of the pool and counted. Pure functions of the samples; no model is called.
@@ -41,13 +54,30 @@ from scipy import stats as sps
 
 from equiv.json_types import JSONDict, JSONObject, json_float, json_int, json_list, json_object
 from equiv.verdicts.sampling.analysis_record import ScoredTest
-from equiv.verdicts.sampling.pit_tests import adjusted, pipeline, pit_seed, tokens_of, vs_placebo
+from equiv.verdicts.sampling.pit_tests import (
+    adjusted,
+    consistency,
+    pipeline,
+    pit_seed,
+    pit_values,
+    tokens_of,
+    vs_placebo,
+)
 from equiv.verdicts.sampling.placebo import tempering, top_excess
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, randomized_pit
 from equiv.verdicts.stats.result import not_enough
 
-__all__ = ["MARGINS", "Bound", "Effect", "PooledAnalysis", "pool", "support_vs_placebo"]
+__all__ = [
+    "MARGINS",
+    "OWN_ROWS",
+    "VS_PLACEBO",
+    "Bound",
+    "Effect",
+    "PooledAnalysis",
+    "pool",
+    "support_vs_placebo",
+]
 
 
 class Effect(str, enum.Enum):
@@ -69,6 +99,12 @@ MARGINS: Mapping[Effect, float] = {
     Effect.TEMPERATURE: 0.1,
     Effect.SUPPORT: 0.002,
 }
+
+#: The pooled designs: in process each path's samples against the rows it sampled from (one
+#: sample, the placebo's own tests judging the instrument); over HTTP the speculative samples
+#: against the placebo's under one re-scoring (two samples).
+OWN_ROWS = "own-rows"
+VS_PLACEBO = "vs-placebo"
 
 _UNITS = {
     Effect.TOP_TOKEN: "top-token rate, per token",
@@ -147,9 +183,18 @@ class PooledAnalysis:
     left_out: tuple[str, ...] = ()
     #: the prompts whose own comparison with the placebo is strongest, smallest p first
     carriers: tuple[tuple[str, float], ...] = ()
+    #: `OWN_ROWS` (in process: one-sample against the rows each path sampled from, the
+    #: placebo's own tests judging the instrument) or `VS_PLACEBO` (speculative against placebo)
+    design: str = "vs-placebo"
+    #: in process, the placebo's (the baseline's) one-sample tests under its own rows: one
+    #: that rejects says the instrument does not reproduce the engine's sampler
+    instrument: tuple[ScoredTest, ...] = ()
 
     def rejected(self) -> list[ScoredTest]:
         return [t for t in self.tests if t.p_adjusted < self.alpha]
+
+    def instrument_rejected(self) -> list[ScoredTest]:
+        return [t for t in self.instrument if t.p_adjusted < self.alpha]
 
     def seeds_needed(self) -> int | None:
         """The seeds a prompt that would bring every bound within its margin, if the estimates
@@ -169,7 +214,11 @@ class PooledAnalysis:
             f"{self.tokens} speculative tokens, alpha {self.alpha:.3g}"
         )
         tests = [f"{t.name}: Holm p {t.p_adjusted:.3g}; {t.summary}" for t in self.tests]
-        return (head, *tests, *(b.line for b in self.bounds))
+        placebo = [
+            f"placebo {t.name} (the instrument's check): Holm p {t.p_adjusted:.3g}"
+            for t in self.instrument
+        ]
+        return (head, *tests, *placebo, *(b.line for b in self.bounds))
 
     def to_dict(self) -> JSONDict:
         return {
@@ -182,6 +231,8 @@ class PooledAnalysis:
             "bounds": [b.to_dict() for b in self.bounds],
             "left_out": list(self.left_out),
             "carriers": [[key, p] for key, p in self.carriers],
+            "design": self.design,
+            "instrument": [t.to_dict() for t in self.instrument],
         }
 
     @classmethod
@@ -199,6 +250,10 @@ class PooledAnalysis:
                 (str(pair[0]), json_float(pair[1]))
                 for row in json_list(data.get("carriers", []))
                 if len(pair := json_list(row)) == 2
+            ),
+            design=str(data.get("design", VS_PLACEBO)),
+            instrument=tuple(
+                ScoredTest.from_dict(json_object(t)) for t in json_list(data.get("instrument", []))
             ),
         )
 
@@ -246,13 +301,24 @@ _PathData = dict[
 ]
 
 
-def _bounds(records: Sequence[Sample], data: _PathData, alpha: float) -> tuple[Bound, ...]:
-    """The directed statistics' differences with their intervals, samples as clusters."""
+def _bounds(
+    records: Sequence[Sample], data: _PathData, alpha: float, *, own_rows: bool
+) -> tuple[Bound, ...]:
+    """The directed statistics with their intervals, samples as clusters: the speculative
+    samples' own (`OWN_ROWS`: their rows say the expected value, 0) or their difference from
+    the placebo's (`VS_PLACEBO`)."""
     seed = pit_seed(records) + 11
     rng = np.random.default_rng(seed)
     bounds = []
+
+    def against(
+        estimates: Sequence[tuple[float, float, int]],
+    ) -> tuple[float, float, float]:
+        zero = (0.0, 0.0, estimates[0][2])  # the rows themselves: no error to add
+        return _interval(estimates[0], zero if own_rows else estimates[1], alpha)
+
     top = [top_excess(p[:, 0] == 0.0, p[:, 2], ids) for p, ids, _ in data.values()]
-    diff, low, high = _interval(top[0], top[1], alpha)
+    diff, low, high = against(top)
     bounds.append(Bound(Effect.TOP_TOKEN, diff, low, high, MARGINS[Effect.TOP_TOKEN]))
     if all(sens is not None for _, _, sens in data.values()):
         lam = []
@@ -261,13 +327,13 @@ def _bounds(records: Sequence[Sample], data: _PathData, alpha: float) -> tuple[B
             u = randomized_pit(pits[:, 0], pits[:, 1], rng)
             theta, var, m, _ = tempering(u, sens, ids)
             lam.append((theta, var, m))
-        diff, low, high = _interval(lam[0], lam[1], alpha)
+        diff, low, high = against(lam)
         bounds.append(Bound(Effect.TEMPERATURE, diff, low, high, MARGINS[Effect.TEMPERATURE]))
     (ps, _, _), (pb, _, _) = data.values()
     a, b = int(np.sum(ps[:, 1] == 0.0)), int(np.sum(pb[:, 1] == 0.0))
     lo_s, hi_s = _cp(a, len(ps), alpha / 2)
-    lo_b, hi_b = _cp(b, len(pb), alpha / 2)
-    support = a / len(ps) - b / len(pb)
+    lo_b, hi_b = (0.0, 0.0) if own_rows else _cp(b, len(pb), alpha / 2)
+    support = a / len(ps) - (0.0 if own_rows else b / len(pb))
     bounds.append(Bound(Effect.SUPPORT, support, lo_s - hi_b, hi_s - lo_b, MARGINS[Effect.SUPPORT]))
     return tuple(bounds)
 
@@ -290,23 +356,49 @@ def _carriers(
     return tuple(sorted(smallest, key=lambda x: x[1])[:3])
 
 
+def _own_rows(records: Sequence[Sample], path: str, key: str, alpha: float) -> list[TestResult]:
+    """One path's samples against the rows it sampled from (one sample each: PIT uniformity,
+    top-token count, temperature), named ``pit:pooled`` and so on."""
+    seed = pit_seed(records) + 13 + (path == "speculative")  # each path its own draws
+    u = pit_values(records, path, seed, key)
+    tests = consistency(records, path, key, alpha, 0.1, u, "pooled")
+    # the PIT's test goes by "pit", as the comparison with the placebo does
+    return [
+        dataclasses.replace(t, name=t.name.replace("sampler-consistency", "pit")) for t in tests
+    ]
+
+
 def pool(
     by_prompt: Mapping[str, Sequence[Sample]], *, alpha: float, has_logits: bool
 ) -> PooledAnalysis:
     """The pooled tests and bounds over every prompt's samples (``by_prompt``: prompt key ->
-    its samples) at the pooled level ``alpha``. In process each path's samples are scored under
-    the rows it reported; over HTTP under the target's single-token re-scoring, for both."""
+    its samples) at the pooled level ``alpha``.
+
+    In process (``has_logits``) each path's samples are scored under the rows it reported, the
+    logits its engine sampled from: the speculative samples are tested against them directly
+    (`OWN_ROWS`, one sample: half the variance of a comparison with the placebo), and the
+    placebo's samples by the same tests judge the instrument (equiv's chain recomputed from those
+    rows against the engine's own sampler). Over HTTP both paths are scored under the target's
+    single-token re-scoring, which is not exact (another batch, another cache state): the
+    speculative samples are compared with the placebo's (`VS_PLACEBO`). The support test is a
+    comparison with the placebo in both."""
     key = "chain_pit" if has_logits else "target_pit"
     pooled = {p: s for p, s in by_prompt.items() if s and len(pipeline(s, has_logits)) == 2}
     left_out = tuple(p for p in by_prompt if p not in pooled)
     records = [s for samples in pooled.values() for s in samples]
     seeds = max((len(s) for s in pooled.values()), default=0)
+    design = OWN_ROWS if has_logits else VS_PLACEBO
     if not records:
-        return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out)
-    tests = [
-        dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
-        for t in vs_placebo(records, key, key, alpha, 0.1, "")
-    ]
+        return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out, design=design)
+    instrument: tuple[ScoredTest, ...] = ()
+    if has_logits:
+        tests = _own_rows(records, "speculative", key, alpha)
+        instrument = tuple(adjusted(_own_rows(records, "baseline", key, alpha)))
+    else:
+        tests = [
+            dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
+            for t in vs_placebo(records, key, key, alpha, 0.1, "")
+        ]
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tests.append(_support(data, alpha))
@@ -318,7 +410,9 @@ def pool(
         tokens=tokens,
         seeds=seeds,
         tests=tuple(adjusted(tests)),
-        bounds=_bounds(records, data, alpha),
+        bounds=_bounds(records, data, alpha, own_rows=has_logits),
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
+        design=design,
+        instrument=instrument,
     )

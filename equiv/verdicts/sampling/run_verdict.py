@@ -4,12 +4,16 @@ prompts' own labels. In order:
 - ``misconfiguration`` when the two paths' fingerprints differ;
 - ``inconclusive`` when no prompt could be pooled (no placebo anywhere: re-scoring not offered
   or failed on every prompt);
-- ``sampler-bug`` when a pooled test of the speculative samples against the placebo rejects at
-  the pooled level: in process at once; over HTTP only if a prompt's own verdict is
-  ``sampler-bug`` (its batched follow-up included) or the speculative samples re-scored
-  *batched*, as verification evaluates them, still differ from the placebo (the pooled batched
-  follow-up, `RunBatched`); ``numeric-drift`` if they then agree and that comparison had the
-  power, ``inconclusive`` if not or if it could not be asked;
+- ``inconclusive`` in process when the placebo's samples fail the pooled tests against their
+  own rows (the instrument does not reproduce the engine's sampler), unless a prompt's own
+  comparison with the placebo says ``sampler-bug``;
+- ``sampler-bug`` when a pooled test rejects at the pooled level: in process (the speculative
+  samples against the rows they were sampled from) at once; over HTTP (the speculative samples
+  against the placebo's) only if a prompt's own verdict is ``sampler-bug`` (its batched
+  follow-up included) or the speculative samples re-scored *batched*, as verification evaluates
+  them, still differ from the placebo (the pooled batched follow-up, `RunBatched`);
+  ``numeric-drift`` if they then agree and that comparison had the power, ``inconclusive`` if
+  not or if it could not be asked;
 - ``sampler-bug`` when a prompt's own verdict is (each prompt judged at its share of the other
   half of the run's level);
 - ``numeric-drift`` when prompts differ only by numeric drift (their own verdicts);
@@ -32,7 +36,7 @@ from equiv.json_types import JSONDict, JSONObject, json_list, json_object
 from equiv.records import AnalysisRecord, ResultRecord, RunRecord
 from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.sampling.analysis_record import ScoredTest
-from equiv.verdicts.sampling.pooled import PooledAnalysis, pool
+from equiv.verdicts.sampling.pooled import OWN_ROWS, PooledAnalysis, pool
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import MIN_POWER
 from equiv.verdicts.stats.sequential import Stopping
@@ -156,14 +160,30 @@ def classify_run(
     rejects = pooled.rejected()
     n_bug = prompt_labels.get(Label.SAMPLER_BUG, 0)
     own = f"{n_bug} prompt(s) show a sampler fault on their own"
+    broken = pooled.instrument_rejected()
+    if broken:  # the placebo rejects its own rows: no pooled test is believed
+        shown = "; ".join(f"{t.name} p = {t.p_adjusted:.2g}: {t.summary}" for t in broken)
+        why = (
+            f"pooled over the run ({scope}), the placebo's own samples are not draws from the "
+            f"rows they were sampled from under equiv's chain ({shown}): the instrument does "
+            "not reproduce this engine's sampler, so no pooled test is believed"
+        )
+        if n_bug:
+            return Verdict(Label.SAMPLER_BUG, f"{why}; but {own}, against the placebo", ev)
+        return Verdict(Label.INCONCLUSIVE, why, ev)
     if rejects:
         shown = "; ".join(
             f"{t.name} p = {t.p_adjusted:.2g} (Holm, alpha {pooled.alpha:.2g}): {t.summary}"
             for t in rejects
         )
+        differ = (
+            "are not draws from the rows they were sampled from (the placebo's are)"
+            if pooled.design == OWN_ROWS
+            else "differ from the placebo's"
+        )
         found = (
-            f"pooled over the run ({scope}), the speculative samples differ from the "
-            f"placebo's: {shown}{_where(pooled)}"
+            f"pooled over the run ({scope}), the speculative samples {differ}: "
+            f"{shown}{_where(pooled)}"
         )
         if has_logits:
             return Verdict(Label.SAMPLER_BUG, found, ev)
