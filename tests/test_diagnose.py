@@ -263,7 +263,8 @@ def test_diagnose_leads_with_the_runs_pooled_answer_and_the_seeds_it_needs() -> 
 
     from equiv.cli.diagnose.verdict import verdict_lines
     from equiv.verdicts.runs.summary import Summary
-    from equiv.verdicts.sampling.pooled import Bound, Effect, PooledAnalysis
+    from equiv.verdicts.sampling.pooled import PooledAnalysis
+    from equiv.verdicts.sampling.pooled_bounds import Bound, Effect
     from equiv.verdicts.sampling.run_verdict import RunJudgement, classify_run
 
     wide = Bound(Effect.TOP_TOKEN, 0.0, -0.03, 0.03, 0.02)  # half-width 0.03 > margin 0.02

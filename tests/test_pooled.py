@@ -19,15 +19,13 @@ from equiv.records import RUN_KEY, RunRecord, parse_record
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import ScoredTest
 from equiv.verdicts.sampling.pooled import (
-    MARGINS,
     OWN_ROWS,
     VS_PLACEBO,
-    Bound,
-    Effect,
     PooledAnalysis,
     pool,
     support_vs_placebo,
 )
+from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect
 from equiv.verdicts.sampling.run_verdict import (
     RunBatched,
     RunJudgement,

@@ -32,9 +32,9 @@ They are Holm-adjusted among themselves at the run's pooled level. Beside each d
 *bound* with its ``1 - 2 alpha`` confidence interval (the two one-sided tests of TOST at
 ``alpha``), in units a user reads: the speculative samples' own effect (`OWN_ROWS`) or the
 difference speculative minus placebo (`VS_PLACEBO`). The margins are the smallest effects that
-matter (`MARGINS`): each is below the mildest reference fault that the sequential benchmark
-injects (``wrong_temp``: 18 % colder, ``greedy`` at 0.1: the top token about 3 points more
-often), so ``equivalent`` excludes them.
+matter (`equiv.verdicts.sampling.pooled_bounds.MARGINS`): each is below the mildest reference
+fault that the sequential benchmark injects (``wrong_temp``: 18 % colder, ``greedy`` at 0.1:
+the top token about 3 points more often), so ``equivalent`` excludes them.
 
 Prompts whose samples were not scored by the instrument on both paths (re-scoring not offered or
 failed) are left out of the pool and counted. Pure functions of the samples; no model is called.
@@ -43,7 +43,6 @@ failed) are left out of the pool and counted. Pure functions of the samples; no 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,106 +63,19 @@ from equiv.verdicts.sampling.pit_tests import (
     vs_placebo,
 )
 from equiv.verdicts.sampling.placebo import tempering, top_excess
+from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, randomized_pit
 from equiv.verdicts.stats.result import not_enough
 
-__all__ = [
-    "MARGINS",
-    "OWN_ROWS",
-    "VS_PLACEBO",
-    "Bound",
-    "Effect",
-    "PooledAnalysis",
-    "pool",
-    "support_vs_placebo",
-]
+__all__ = ["OWN_ROWS", "VS_PLACEBO", "PooledAnalysis", "pool", "support_vs_placebo"]
 
-
-class Effect(str, enum.Enum):
-    """The directed statistics that carry a bound."""
-
-    TOP_TOKEN = "top-token"
-    TEMPERATURE = "temperature"
-    SUPPORT = "support"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-#: The smallest effect that matters, per statistic (speculative minus placebo): 2 points of
-#: top-token rate per token; ``λ - 1`` of 0.1 (an effective temperature off by 9-11 %); 0.2 %
-#: of tokens outside the chain's support.
-MARGINS: Mapping[Effect, float] = {
-    Effect.TOP_TOKEN: 0.02,
-    Effect.TEMPERATURE: 0.1,
-    Effect.SUPPORT: 0.002,
-}
 
 #: The pooled designs: in process each path's samples against the rows it sampled from (one
 #: sample, the placebo's own tests judging the instrument); over HTTP the speculative samples
 #: against the placebo's under one re-scoring (two samples).
 OWN_ROWS = "own-rows"
 VS_PLACEBO = "vs-placebo"
-
-_UNITS = {
-    Effect.TOP_TOKEN: "top-token rate, per token",
-    Effect.TEMPERATURE: "λ - 1 (p ** λ; > 0 colder)",
-    Effect.SUPPORT: "share of tokens outside the chain's support",
-}
-
-
-@dataclass(frozen=True)
-class Bound:
-    """One directed statistic's difference, speculative minus placebo, with its ``1 - 2 alpha``
-    interval and the margin it must lie within for ``equivalent``."""
-
-    effect: Effect
-    estimate: float
-    low: float
-    high: float
-    margin: float
-
-    @property
-    def within(self) -> bool:
-        return -self.margin < self.low and self.high < self.margin
-
-    @property
-    def line(self) -> str:
-        inside = "within" if self.within else "not within"
-        return (
-            f"{self.effect}: {self.estimate:+.4f} [{self.low:+.4f}, {self.high:+.4f}] "
-            f"({_UNITS[self.effect]}), {inside} +-{self.margin:g}"
-        )
-
-    def seeds_factor(self) -> float | None:
-        """How many times the seeds would bring the interval within the margin, if the estimate
-        stayed where it is (the half-width shrinks as one over the root of the samples); None
-        where the estimate itself is at or past the margin."""
-        half = (self.high - self.low) / 2
-        room = self.margin - abs(self.estimate)
-        if room <= 0 or not math.isfinite(half):  # past the margin, or under 2 samples a path
-            return None
-        return max(1.0, (half / room) ** 2)
-
-    def to_dict(self) -> JSONDict:
-        return {
-            "effect": self.effect.value,
-            "estimate": self.estimate,
-            "low": self.low,
-            "high": self.high,
-            "margin": self.margin,
-        }
-
-    @classmethod
-    def from_dict(cls, data: JSONObject) -> Bound:
-        return cls(
-            effect=Effect(str(data["effect"])),
-            estimate=json_float(data["estimate"]),
-            low=json_float(data["low"]),
-            high=json_float(data["high"]),
-            margin=json_float(data["margin"]),
-        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,94 @@
+"""The pooled answer's bounds (`equiv.verdicts.sampling.pooled`): per directed statistic the
+effect with its ``1 - 2 alpha`` confidence interval, in units a user reads, and the margin it
+must lie within for ``equivalent`` (`MARGINS`: the smallest effects that matter)."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from equiv.json_types import JSONDict, JSONObject, json_float
+
+__all__ = ["MARGINS", "Bound", "Effect"]
+
+
+class Effect(str, enum.Enum):
+    """The directed statistics that carry a bound."""
+
+    TOP_TOKEN = "top-token"
+    TEMPERATURE = "temperature"
+    SUPPORT = "support"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The smallest effect that matters, per statistic (the speculative samples' own in process,
+#: speculative minus placebo over HTTP): 2 points of top-token rate per token; ``λ - 1`` of
+#: 0.1 (an effective temperature off by 9-11 %); 0.2 % of tokens outside the chain's support.
+MARGINS: Mapping[Effect, float] = {
+    Effect.TOP_TOKEN: 0.02,
+    Effect.TEMPERATURE: 0.1,
+    Effect.SUPPORT: 0.002,
+}
+
+_UNITS = {
+    Effect.TOP_TOKEN: "top-token rate, per token",
+    Effect.TEMPERATURE: "λ - 1 (p ** λ; > 0 colder)",
+    Effect.SUPPORT: "share of tokens outside the chain's support",
+}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One directed statistic's difference, speculative minus placebo, with its ``1 - 2 alpha``
+    interval and the margin it must lie within for ``equivalent``."""
+
+    effect: Effect
+    estimate: float
+    low: float
+    high: float
+    margin: float
+
+    @property
+    def within(self) -> bool:
+        return -self.margin < self.low and self.high < self.margin
+
+    @property
+    def line(self) -> str:
+        inside = "within" if self.within else "not within"
+        return (
+            f"{self.effect}: {self.estimate:+.4f} [{self.low:+.4f}, {self.high:+.4f}] "
+            f"({_UNITS[self.effect]}), {inside} +-{self.margin:g}"
+        )
+
+    def seeds_factor(self) -> float | None:
+        """How many times the seeds would bring the interval within the margin, if the estimate
+        stayed where it is (the half-width shrinks as one over the root of the samples); None
+        where the estimate itself is at or past the margin."""
+        half = (self.high - self.low) / 2
+        room = self.margin - abs(self.estimate)
+        if room <= 0 or not math.isfinite(half):  # past the margin, or under 2 samples a path
+            return None
+        return max(1.0, (half / room) ** 2)
+
+    def to_dict(self) -> JSONDict:
+        return {
+            "effect": self.effect.value,
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "margin": self.margin,
+        }
+
+    @classmethod
+    def from_dict(cls, data: JSONObject) -> Bound:
+        return cls(
+            effect=Effect(str(data["effect"])),
+            estimate=json_float(data["estimate"]),
+            low=json_float(data["low"]),
+            high=json_float(data["high"]),
+            margin=json_float(data["margin"]),
+        )
