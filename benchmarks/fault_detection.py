@@ -100,7 +100,9 @@ class Moments:
     v1: list[float] = dataclasses.field(default_factory=list)
     impossible: list[float] = dataclasses.field(default_factory=list)
 
-    def add(self, p: np.ndarray, f: np.ndarray) -> None:
+    def add(self, p: np.ndarray, f: np.ndarray, q: np.ndarray | None = None) -> None:
+        """One drafted position: the correct distribution ``p``, the faulty ``f``, and the
+        draft's ``q`` there (unused here; `score_efficiency.Positions` keeps it)."""
         live = p > 0
         self.impossible.append(float(f[~live].sum()))
         pl, fl = p[live], f[live]
@@ -175,7 +177,7 @@ def _add(
             if engine.rule is Rule.WRONG_TEMP
             else None
         )
-        moments.add(p, output_distribution(engine.rule, p, q, q_wrong=wrong))
+        moments.add(p, output_distribution(engine.rule, p, q, q_wrong=wrong), q)
 
 
 def sample_pool(

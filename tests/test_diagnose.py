@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,25 @@ def test_diagnose_refuses_a_count_below_one_as_run_does(
             main(command)
         assert exited.value.code == 2
         assert f"{flag} {value}: give a count >= 1" in capsys.readouterr().err
+
+
+def test_diagnose_takes_the_run_options_from_the_one_table() -> None:
+    """One declaration: diagnose's --prompt, --max-tokens, --seeds and --looks are the option
+    table's (its help and converter), with diagnose's own defaults; no llama.cpp alias before
+    the ``--``."""
+    from equiv.cli.main import _parser
+    from equiv.options.table import CORE_OPTIONS
+
+    parser = _parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    diagnose = {a.dest: a for a in sub.choices["diagnose"]._actions}
+    table = {opt.dest: opt for opt in CORE_OPTIONS}
+    for dest in ("prompt", "max_tokens", "seeds", "looks"):
+        assert diagnose[dest].help.startswith(table[dest].help), dest
+        assert diagnose[dest].option_strings == [f"--{table[dest].name}"], dest
+    assert diagnose["seeds"].type is table["seeds"].type
+    args = parser.parse_args(["diagnose", "--", "llama-server", "-m", "t.gguf"])
+    assert (args.seeds, args.looks, args.prompt, args.max_tokens) == (32, 1, None, None)
 
 
 def test_the_users_speculative_type_is_what_their_server_runs(tmp_path) -> None:

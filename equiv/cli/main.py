@@ -25,8 +25,7 @@ from equiv.options.table import (
     OptionValues,
     add_arguments,
     given,
-    look_count,
-    seed_count,
+    shared,
 )
 
 __all__ = ["main"]
@@ -160,22 +159,12 @@ def _parser() -> argparse.ArgumentParser:
         "check a llama.cpp command line (after --)",
         "Maps your llama-cli / llama-server flags to an equiv run, lists what looks wrong, "
         "then runs it. Example: equiv diagnose -- llama-server -m t.gguf -md d.gguf -c 4096. "
-        "Two deployments: equiv diagnose -- BASELINE_CMD -- SPECULATIVE_CMD",
+        "Two deployments: equiv diagnose -- BASELINE_CMD -- SPECULATIVE_CMD. Without --prompt: "
+        "6 prompts over code, reasoning, chat and two languages.",
     )
     diag.add_argument("--dry-run", action="store_true", help="only parse, map and list findings")
-    diag.add_argument("--prompt", action="append", metavar="GLOB", help="prompts (default: 6)")
-    diag.add_argument("--max-tokens", type=int, metavar="N", help="per-prompt max_tokens")
-    diag.add_argument(
-        "--seeds", type=seed_count, default=32, metavar="N", help="seeds at temp > 0 [32]"
-    )
-    diag.add_argument(
-        "--looks",
-        type=look_count,
-        default=1,
-        metavar="K",
-        help="at temp > 0, judge each prompt K times as its seeds accumulate and stop it at the "
-        "first conclusive look (--seeds is then a budget) [1]",
-    )
+    # the run's own options, one declaration (diagnose: 6 default prompts, not every suite)
+    add_arguments(diag, shared("prompt", "max-tokens", "seeds", "looks"), with_defaults=True)
     diag.add_argument("--out", metavar="DIR", help="results (default: reports/diagnose-<time>)")
     diag.add_argument(
         "--server-bin",

@@ -12,6 +12,7 @@ those a package declares in the ``equiv.engine_options`` entry-point group.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib
 import importlib.metadata
@@ -42,6 +43,7 @@ __all__ = [
     "on_off",
     "run_options",
     "seed_count",
+    "shared",
     "split_list",
 ]
 
@@ -401,10 +403,33 @@ def given(value: OptionValue) -> list[str]:
     raise TypeError(f"expected a string or a list of strings, found {value!r}")
 
 
+def shared(*names: str, **defaults: OptionValue) -> tuple[Option, ...]:
+    """The table's options ``names`` (by ``--name``) for another command than ``equiv run``:
+    the same help and converter (so ``diagnose --seeds 0`` is refused as ``run --seeds 0`` is),
+    that command's ``defaults`` by ``dest``, and none of llama.cpp's aliases (the command's own
+    llama.cpp flags follow its ``--``)."""
+    table = {opt.name: opt for opt in CORE_OPTIONS}
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise ValueError(f"no such options in the table: {unknown}")
+    out = []
+    for name in names:
+        opt = dataclasses.replace(table[name], aliases=())
+        if opt.dest in defaults:
+            opt = dataclasses.replace(opt, default=defaults[opt.dest])
+        out.append(opt)
+    return tuple(out)
+
+
 def add_arguments(
-    parser: argparse.ArgumentParser, options: tuple[Option, ...] | None = None
+    parser: argparse.ArgumentParser,
+    options: tuple[Option, ...] | None = None,
+    *,
+    with_defaults: bool = False,
 ) -> None:
-    """``options`` (default: `run_options`) as arguments of ``parser``."""
+    """``options`` (default: `run_options`) as arguments of ``parser``. Their defaults stay
+    None (``equiv run`` merges the TOML config and the defaults in later) unless
+    ``with_defaults``."""
     for opt in run_options() if options is None else options:
         names = (f"--{opt.name}", *opt.aliases)
         if opt.flag:
@@ -425,6 +450,6 @@ def add_arguments(
                 type=opt.type,
                 metavar=opt.metavar,
                 choices=opt.choices,
-                default=None,
+                default=opt.default if with_defaults else None,
                 help=f"{opt.help}" + (f" [{opt.default}]" if opt.default else ""),
             )
