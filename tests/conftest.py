@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gguf
 import numpy as np
 import pytest
+
+if TYPE_CHECKING:
+    from equiv.records import ResultRecord
 
 #: A small SentencePiece-style vocabulary: specials at 0-4, then plain pieces.
 DEFAULT_VOCAB: tuple[str, ...] = (
@@ -173,9 +176,9 @@ class RealDivergences:
         self.path = path
         self.scanned = scanned
         self.results = ResultsFile(path)
-        self.records = [r.to_dict() for r in self.results.results()]
+        self.records = self.results.results()
 
-    def require(self) -> list[dict[str, Any]]:
+    def require(self) -> list[ResultRecord]:
         from divergences import require
 
         return require(self.records, self.scanned, "the real pair in process")
@@ -200,9 +203,9 @@ def real_divergences(temp0_config: Any, tmp_path_factory: pytest.TempPathFactory
         )
     found = RealDivergences(path, scanned)
     diverged = [
-        f"{r['key']} at token {r['comparison']['common_prefix']}"
+        f"{r.key} at token {r.comparison.common_prefix}"
         for r in found.records
-        if not r["comparison"]["identical"]
+        if not r.comparison.identical
     ]
     _SCANS.append(
         f"real pair in process ({temp0_config.n_threads} threads, n_ubatch "

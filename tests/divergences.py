@@ -8,11 +8,11 @@ diverged; where nothing did within the budget it is skipped with that reason, ne
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 
 from equiv.prompts import Prompt, load_suites
+from equiv.records import AnalysisRecord, ResultRecord
 
 #: Tried first: each has met an early near-tie of gemma-3-270m on some CPU we ran on.
 CANDIDATES = (
@@ -38,29 +38,31 @@ def candidate_prompts() -> list[Prompt]:
 
 
 def scan(
-    run_round: Callable[[Sequence[Prompt], bool], list[dict[str, Any]]],
+    run_round: Callable[[Sequence[Prompt], bool], list[ResultRecord | AnalysisRecord]],
     *,
     wanted: int,
     round_size: int,
-) -> tuple[list[str], list[dict[str, Any]]]:
+) -> tuple[list[str], list[ResultRecord]]:
     """Run `candidate_prompts` ``round_size`` at a time through ``run_round(prompts, resume)``
     (which returns their temp-0 result records) until ``wanted`` diverged or the budget is spent.
     Returns the keys scanned and all records."""
     prompts = candidate_prompts()
     scanned: list[str] = []
-    records: list[dict[str, Any]] = []
+    records: list[ResultRecord] = []
     for start in range(0, len(prompts), round_size):
         batch = prompts[start : start + round_size]
-        records += run_round(batch, bool(scanned))
+        records += [r for r in run_round(batch, bool(scanned)) if isinstance(r, ResultRecord)]
         scanned += [p.key for p in batch]
-        if sum(not r["comparison"]["identical"] for r in records) >= wanted:
+        if sum(not r.comparison.identical for r in records) >= wanted:
             break
     return scanned, records
 
 
-def require(records: Sequence[dict[str, Any]], scanned: Sequence[str], where: str) -> list[Any]:
+def require(
+    records: Sequence[ResultRecord], scanned: Sequence[str], where: str
+) -> list[ResultRecord]:
     """The diverged records, or a skip saying how many prompts were scanned."""
-    diverged = [r for r in records if not r["comparison"]["identical"]]
+    diverged = [r for r in records if not r.comparison.identical]
     if not diverged:
         pytest.skip(
             f"{where} did not diverge at temp 0 on any of the {len(scanned)} prompts scanned on "

@@ -31,7 +31,8 @@ def test_llama_cpp_speculative_divergences_are_numeric_drift(real_divergences):
     """Wherever this CPU's near-ties made the real pair diverge, the label is numeric drift."""
     diverged = real_divergences.require()
     for record in diverged:
-        verdict = verdict_of(record)
+        verdict = record.verdict
+        assert verdict is not None
         assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
         ev = verdict.evidence
         # Each path emitted its own argmax; the target's own gap was small and positive.
@@ -39,8 +40,9 @@ def test_llama_cpp_speculative_divergences_are_numeric_drift(real_divergences):
         assert ev["margin_speculative"] >= 0
         assert 0 <= ev["gap_single"] < 1.0
     for record in real_divergences.records:
-        if record["comparison"]["identical"]:
-            assert verdict_of(record).label is Label.EQUIVALENT
+        if record.comparison.identical:
+            assert record.verdict is not None
+            assert record.verdict.label is Label.EQUIVALENT
 
 
 def test_logits_from_the_wrong_row_are_a_sampler_bug(temp0_config, tmp_path):

@@ -35,7 +35,7 @@ from equiv.engines.server.settings import ServerSettings
 from equiv.errors import ConfigError, EngineError
 from equiv.options.build import engine_options
 from equiv.prompts import Prompt
-from equiv.records import ResultsFile
+from equiv.records import ResultRecord, ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.temp0.classify import fingerprint_differences
@@ -437,7 +437,7 @@ def test_a_failure_in_flight_keeps_every_answered_prompt_and_resume_ends_it(
     fake.script["/completion"] = [lambda body: _json(_completion([body.get("seed", 1)]))]
     with _seed_runner(tiny_config, fake.url, path, 2) as runner:
         new = runner.run(plan(SEED_PLAN, runner.config), resume=True)
-    assert {r["seed"] for r in new if "comparison" in r} == set(range(1, 9)) - kept
+    assert {r.seed for r in new if isinstance(r, ResultRecord)} == set(range(1, 9)) - kept
     assert len(ResultsFile(path).results()) == 8
 
 

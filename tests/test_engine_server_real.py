@@ -220,7 +220,7 @@ def test_a_killed_server_keeps_finished_results_and_resume_continues(
     # ...so it resumes with its own options, equiv starting the servers again.
     with Runner(config, load_factory("server"), path) as runner:
         new = runner.run(items, resume=True)
-    assert [r["key"] for r in new] == [items[1].key]
+    assert [r.key for r in new] == [items[1].key]
     assert ResultsFile(path).done_keys() == {item.key for item in items}
 
 

@@ -81,10 +81,10 @@ def test_minimize_a_real_divergence(
     after minimizing, on fresh engines of the same configuration."""
     record = real_divergences.require()[0]
     suite = tmp_path / "minimal.jsonl"
-    argv = ["minimize", str(real_divergences.path), "--key", record["key"], "--max-tests", "3"]
+    argv = ["minimize", str(real_divergences.path), "--key", record.key, "--max-tests", "3"]
     assert main([*argv, "--out", str(suite)]) == 0
     print(capsys.readouterr().out)
-    original = record["prompt"]["text"]
+    original = record.prompt.text
     (line,) = suite.read_text().splitlines()
     minimal = json.loads(line)
     assert len(minimal["text"]) <= len(original)

@@ -18,13 +18,14 @@ from llama_server import prompts, server_bin
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.engines import load_factory
-from equiv.engines.base import rescorer
+from equiv.engines.base import RescoreCost, rescorer
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.rescore import BATCH_STRIDE, parse_scoring, scoring_body
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import EngineError
+from equiv.json_types import json_object
 from equiv.models.gguf import read_token_texts
-from equiv.records.verdict import Label, verdict_of
+from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 
@@ -194,11 +195,13 @@ def test_temp0_against_llama_server_labels_every_divergence(config, tmp_path):
         )
     diverged = require(records, scanned, "llama-server with and without a draft")
     for record in diverged:
-        verdict = verdict_of(record)
+        verdict = record.verdict
+        assert verdict is not None
         assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
         ev = verdict.evidence
         assert ev["drift_bound"]["positions"] >= 8
         assert ev["target_rows"]["single_token"]
         assert ev["target_rows"]["batched"]
-        assert record["rescore_cost"]["requests"] >= ev["drift_bound"]["positions"]
-        print(record["key"], verdict.reason, record["rescore_cost"])
+        cost = RescoreCost.from_dict(json_object(record.extra["rescore_cost"]))
+        assert cost.requests >= ev["drift_bound"]["positions"]
+        print(record.key, verdict.reason, cost)

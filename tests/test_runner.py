@@ -21,12 +21,12 @@ def _prompts(keys):
 
 def test_a_temp0_run_gives_one_result_per_prompt(real_divergences):
     records, results = real_divergences.records, real_divergences.results
-    assert [r["key"] for r in records] == [f"{k}::temp0" for k in real_divergences.scanned]
-    assert results.done_keys() == {r["key"] for r in records}
+    assert [r.key for r in records] == [f"{k}::temp0" for k in real_divergences.scanned]
+    assert results.done_keys() == {r.key for r in records}
     for record in records:
-        same = record["baseline"]["tokens"] == record["speculative"]["tokens"]
-        assert record["comparison"]["identical"] is same
-        assert record["baseline"]["prompt_tokens"] == record["speculative"]["prompt_tokens"]
+        same = record.baseline.tokens == record.speculative.tokens
+        assert record.comparison.identical is same
+        assert record.baseline.prompt_tokens == record.speculative.prompt_tokens
     header = results.header()
     assert header.fingerprints["baseline"]["target_sha256"]
     (determinism,) = [e for e in results.events() if e.event == "determinism"]
@@ -35,20 +35,26 @@ def test_a_temp0_run_gives_one_result_per_prompt(real_divergences):
 
 def test_divergence_records_are_consistent(real_divergences):
     for record in real_divergences.require():
-        comparison = record["comparison"]
-        div = comparison["divergence"]
-        pos = div["position"]
-        assert pos == comparison["common_prefix"]
-        assert record["baseline"]["tokens"][:pos] == record["speculative"]["tokens"][:pos]
-        assert div["baseline_token"] != div["speculative_token"]
+        comparison = record.comparison
+        div = comparison.divergence
+        assert div is not None
+        pos = div.position
+        assert pos == comparison.common_prefix
+        assert record.baseline.tokens[:pos] == record.speculative.tokens[:pos]
+        assert div.baseline_token != div.speculative_token
         # At temp 0 each path took its own argmax: its token leads the other's in its own row.
-        assert div["margin_baseline"] >= 0
-        assert div["margin_speculative"] >= 0
-        assert div["baseline_top"]["ids"][0] == div["baseline_token"]
-        assert div["speculative_top"]["ids"][0] == div["speculative_token"]
-        assert comparison["edit_distance"] >= 1
-        assert any(op[0] != "equal" for op in comparison["opcodes"])
-        assert comparison["drift"]["rows"] == pos + 1
+        assert div.margin_baseline is not None
+        assert div.margin_baseline >= 0
+        assert div.margin_speculative is not None
+        assert div.margin_speculative >= 0
+        assert div.baseline_top is not None
+        assert div.speculative_top is not None
+        assert div.baseline_top.ids[0] == div.baseline_token
+        assert div.speculative_top.ids[0] == div.speculative_token
+        assert comparison.edit_distance >= 1
+        assert any(op[0] != "equal" for op in comparison.opcodes)
+        assert comparison.drift is not None
+        assert comparison.drift.rows == pos + 1
 
 
 def test_resume_after_an_interruption_redoes_nothing(temp0_config, tmp_path):
@@ -66,7 +72,7 @@ def test_resume_after_an_interruption_redoes_nothing(temp0_config, tmp_path):
         with pytest.raises(ConfigError, match="--resume"):
             runner.run(items)
         new = runner.run(items, resume=True)
-    assert [r["key"] for r in new] == [items[1].key]
+    assert [r.key for r in new] == [items[1].key]
     results = ResultsFile(path)
     assert sorted(r.key for r in results.results()) == sorted(i.key for i in items)
     assert sum(1 for r in results.records() if r.kind == "header") == 1

@@ -4,11 +4,14 @@ import pytest
 
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
+from equiv.json_types import json_object
 from equiv.prompts import load_suites
-from equiv.records import ResultsFile
-from equiv.records.verdict import Label, verdict_of
+from equiv.records import PATHS, AnalysisRecord, ResultRecord, ResultsFile
+from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
+from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.samples import Sample
 
 pytestmark = pytest.mark.model
 
@@ -36,19 +39,21 @@ def _run(config, engine, path, **kwargs):
 def test_llama_cpp_sampling_records_evidence_and_is_not_flagged(model_pair, tmp_path):
     config = _config(model_pair, seeds=6)
     records = _run(config, "llamacpp", tmp_path / "r.jsonl")
-    seeds = [r for r in records if "baseline" in r]
-    (analysis,) = [r for r in records if "tests" in r]
-    assert [r["seed"] for r in seeds] == list(config.seeds)
+    seeds = [r for r in records if isinstance(r, ResultRecord)]
+    (analysis,) = [r for r in records if isinstance(r, AnalysisRecord)]
+    assert [r.seed for r in seeds] == list(config.seeds)
     for record in seeds:
-        for path in ("baseline", "speculative"):
-            pits = record[path]["chain_pit"]
-            assert len(pits) == len(record[path]["tokens"])
+        sample = Sample.of(record)
+        for path in PATHS:
+            pits = sample.path(path).pits["chain_pit"]
+            assert len(pits) == len(record.generation(path).tokens)
             assert all(0 <= mass <= 1 and 0 < p <= top <= 1 for mass, p, top in pits)
-    assert all("rescore_drift" in r for r in seeds)
+    assert all(r.rescore_drift is not None for r in seeds)
     for record in seeds:  # the same scorer as the baseline: the target, one token at a time
-        assert len(record["speculative"]["target_pit"]) == len(record["speculative"]["tokens"])
-    assert analysis["drift"]["kl_mean"] < 0.1  # batching drift, not another model
-    verdict = verdict_of(analysis)
+        spec = Sample.of(record).speculative
+        assert len(spec.pits["target_pit"]) == len(spec.tokens)
+    assert json_object(analysis.figures["drift"])["kl_mean"] < 0.1  # drift, not another model
+    verdict = analysis.judged
     assert verdict.label is not Label.SAMPLER_BUG, verdict.reason
     assert verdict.label is not Label.EQUIVALENT  # 6 x 16 tokens cannot have the power
 
@@ -61,10 +66,10 @@ def test_state_reuse_gives_the_same_samples_as_a_fresh_evaluation(model_pair, tm
     prompts = [p for p in load_suites() if p.key == PROMPT]
     items = [i for i in plan(prompts, alone) if i.seed == 3]
     with Runner(alone, load_factory("llamacpp"), tmp_path / "b.jsonl") as runner:
-        (single,) = [r for r in runner.run(items) if "baseline" in r]
-    third = next(r for r in many if r.get("seed") == 3)
-    assert single["baseline"]["tokens"] == third["baseline"]["tokens"]
-    assert single["speculative"]["tokens"] == third["speculative"]["tokens"]
+        (single,) = [r for r in runner.run(items) if isinstance(r, ResultRecord)]
+    third = next(r for r in many if isinstance(r, ResultRecord) and r.seed == 3)
+    assert single.baseline.tokens == third.baseline.tokens
+    assert single.speculative.tokens == third.speculative.tokens
 
 
 def test_analysis_is_written_after_a_resumed_run(model_pair, tmp_path):
@@ -91,28 +96,30 @@ def test_greedy_acceptance_at_temp_08_is_a_sampler_bug_within_200_tokens(model_p
     tokens that min(1, p/q) must accept."""
     config = _config(model_pair, seeds=6, max_tokens=24)
     records = _run(config, "reference:greedy", tmp_path / "r.jsonl")
-    (analysis,) = [r for r in records if "tests" in r]
-    verdict = verdict_of(analysis)
+    (analysis,) = [r for r in records if isinstance(r, AnalysisRecord)]
+    verdict = analysis.judged
     assert verdict.label is Label.SAMPLER_BUG, verdict.reason
     assert "accept/reject decisions break min(1, p/q)" in verdict.reason
-    assert sum(len(r["speculative"]["tokens"]) for r in records if "speculative" in r) <= 200
+    samples = [r for r in records if isinstance(r, ResultRecord)]
+    assert sum(len(r.speculative.tokens) for r in samples) <= 200
 
 
 def test_the_correct_reference_sampler_passes_every_stage(model_pair, tmp_path):
     config = _config(model_pair, seeds=6, max_tokens=24)
     records = _run(config, "reference:correct", tmp_path / "r.jsonl")
-    (analysis,) = [r for r in records if "tests" in r]
-    seeds = [r for r in records if "speculative" in r]
+    (analysis,) = [r for r in records if isinstance(r, AnalysisRecord)]
+    seeds = [r for r in records if isinstance(r, ResultRecord)]
     for record in seeds:
-        spec = record["speculative"]
-        decisions = spec["acceptance"]
-        accepted = sum(s[2] for s in spec["draft_steps"])
+        spec = Sample.of(record).speculative
+        decisions = spec.acceptance
+        assert decisions is not None
+        accepted = sum(s.accepted for s in record.speculative.draft_steps)
         # every accepted draft token is an emitted token; each rejection drew one replacement
         assert sum(d[1] for d in decisions) <= accepted
-        assert len(spec["residual_pit"]) == sum(1 for d in decisions if not d[1])
+        assert len(spec.pits["residual_pit"]) == sum(1 for d in decisions if not d[1])
         assert all(0 <= a <= 1 and q > 0 for a, _, q in decisions)
-    tests = {t["name"]: t for t in analysis["tests"]}
+    tests = {t.name: t for t in (ScoredTest.from_dict(t) for t in analysis.tests)}
     forced = tests["acceptance-forced:speculative"]
-    assert forced["n"] > 50
-    assert forced["statistic"] == 0  # no forced decision went wrong
-    assert verdict_of(analysis).label is not Label.SAMPLER_BUG, verdict_of(analysis).reason
+    assert forced.n > 50
+    assert forced.statistic == 0  # no forced decision went wrong
+    assert analysis.judged.label is not Label.SAMPLER_BUG, analysis.judged.reason

@@ -200,9 +200,9 @@ class Runner:
         on_result: ProgressFn | None = None,
         family_size: int | None = None,
         pool: bool = True,
-    ) -> list[JSONDict]:
-        """Run what is not done yet; returns the new result (and analysis) records, as the file
-        holds them.
+    ) -> list[ResultRecord | AnalysisRecord]:
+        """Run what is not done yet; returns the new result records, then the new analyses
+        (sampling mode), as the file holds them.
 
         ``family_size`` is the number of prompts the prompts' half of the run's alpha is shared
         among in sampling mode (default: the prompts in ``items``); a caller that runs a suite
@@ -240,7 +240,7 @@ class Runner:
             self._late_determinism_control(items)
         if sampling and self.config.looks == 1:
             analyses = self.judge.analyze_all(items)
-        added = [*(r.to_dict() for r in results), *(a.to_dict() for a in analyses)]
+        added: list[ResultRecord | AnalysisRecord] = [*results, *analyses]
         if (self.controls and added) or left.self_draft:
             self._self_draft_control()  # over every result, whenever results were added
         return added
