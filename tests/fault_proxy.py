@@ -169,11 +169,9 @@ class FaultProxy:
         entry["logprob"] = token[1]
         head_tokens = [*answer["tokens"][:i], token[0]]
         head_probs = [*(probs[j] for j in rows[:i] if j is not None), entry]
-        head_rows = [*rows[:i], None]
-        at = 0
-        for k, j in enumerate(head_rows):  # renumbered: the head keeps only its rows, in order
-            if j is not None or k == i:
-                head_rows[k], at = at, at + 1
+        numbered = iter(range(len(head_probs)))  # the head keeps only its rows, in order
+        head_rows = [None if j is None else next(numbered) for j in rows[:i]] + [next(numbered)]
+        at = len(head_probs)
         remaining = int(request["n_predict"]) - len(head_tokens)
         out = dict(answer)  # the original timings (draft counts) are kept
         out["stop_type"] = "limit"

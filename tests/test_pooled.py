@@ -19,8 +19,7 @@ from equiv.records import RUN_KEY, RunRecord, parse_record
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import ScoredTest
 from equiv.verdicts.sampling.pooled import (
-    OWN_ROWS,
-    VS_PLACEBO,
+    Design,
     PooledAnalysis,
     pool,
     support_vs_placebo,
@@ -134,7 +133,7 @@ def test_in_process_the_speculative_samples_meet_their_own_rows_and_the_placebo_
     variance; the placebo's samples take the same tests, as the instrument's check."""
     judged = judge_run(simulate(8, 16, "greedy"), Counter(), alpha=ALPHA, has_logits=True)
     pooled = judged.pooled
-    assert pooled.design == OWN_ROWS
+    assert pooled.design is Design.OWN_ROWS
     assert {t.kind for t in pooled.tests} == {"pit", "top-token", "temperature", "support"}
     assert {t.kind for t in pooled.instrument} == {"pit", "top-token", "temperature"}
     assert not pooled.instrument_rejected(), pooled.lines()
@@ -162,7 +161,7 @@ def test_an_instrument_the_placebo_fails_is_inconclusive_never_a_sampler_bug():
 def test_over_http_the_speculative_samples_are_compared_with_the_placebo():
     pooled = judge_run(_http(simulate(4, 8)), Counter(), alpha=ALPHA, has_logits=False).pooled
     assert pooled.prompts == 4
-    assert pooled.design == VS_PLACEBO
+    assert pooled.design is Design.VS_PLACEBO
     assert pooled.instrument == ()
     assert {t.name for t in pooled.tests} >= {"pit:pooled", "top-token:pooled"}
 

@@ -6,17 +6,17 @@ samples as plain decoding does) each emitted token's residual under the instrume
 0 given its context, so per-sample sums add over seeds *and* prompts: the run is one sample of
 samples, each sample a cluster. Two designs, by what the instrument is:
 
-- `OWN_ROWS`, in process: each path's samples are scored under the rows it reported, the logits
-  its engine sampled from, so the speculative samples are tested against them directly (one
-  sample: half the variance of a comparison with the placebo, whose own residuals add their
-  noise and nothing else). The *placebo* (the baseline's samples through the very same
+- `Design.OWN_ROWS`, in process: each path's samples are scored under the rows it reported,
+  the logits its engine sampled from, so the speculative samples are tested against them
+  directly (one sample: half the variance of a comparison with the placebo, whose own residuals
+  add their noise and nothing else). The *placebo* (the baseline's samples through the very same
   pipeline) judges the instrument: the same tests on it must not reject, or the run is
   ``inconclusive`` (equiv's chain, recomputed from the logits, does not reproduce the engine's
   own sampler) and no pooled test is believed.
-- `VS_PLACEBO`, over HTTP: both paths are scored under the target's single-token re-scoring,
-  which is not exact (another batch, another cache state), so every test is the speculative
-  samples against the placebo's (`equiv.verdicts.sampling.placebo`): an error the instrument
-  makes on both cancels, and the instrument alone cannot reject.
+- `Design.VS_PLACEBO`, over HTTP: both paths are scored under the target's single-token
+  re-scoring, which is not exact (another batch, another cache state), so every test is the
+  speculative samples against the placebo's (`equiv.verdicts.sampling.placebo`): an error the
+  instrument makes on both cancels, and the instrument alone cannot reject.
 
 The tests:
 
@@ -30,11 +30,11 @@ The tests:
 
 They are Holm-adjusted among themselves at the run's pooled level. Beside each directed test a
 *bound* with its ``1 - 2 alpha`` confidence interval (the two one-sided tests of TOST at
-``alpha``), in units a user reads: the speculative samples' own effect (`OWN_ROWS`) or the
-difference speculative minus placebo (`VS_PLACEBO`). The margins are the smallest effects that
-matter (`equiv.verdicts.sampling.pooled_bounds.MARGINS`): each is below the mildest reference
-fault that the sequential benchmark injects (``wrong_temp``: 18 % colder, ``greedy`` at 0.1:
-the top token about 3 points more often), so ``equivalent`` excludes them.
+``alpha``), in units a user reads: the speculative samples' own effect (`Design.OWN_ROWS`) or
+the difference speculative minus placebo (`Design.VS_PLACEBO`). The margins are the smallest
+effects that matter (`equiv.verdicts.sampling.pooled_bounds.MARGINS`): each is below the
+mildest reference fault that the sequential benchmark injects (``wrong_temp``: 18 % colder,
+``greedy`` at 0.1: the top token about 3 points more often), so ``equivalent`` excludes them.
 
 Prompts whose samples were not scored by the instrument on both paths (re-scoring not offered or
 failed) are left out of the pool and counted. Pure functions of the samples; no model is called.
@@ -43,6 +43,7 @@ failed) are left out of the pool and counted. Pure functions of the samples; no 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -68,14 +69,19 @@ from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, randomized_pit
 from equiv.verdicts.stats.result import not_enough
 
-__all__ = ["OWN_ROWS", "VS_PLACEBO", "PooledAnalysis", "pool", "support_vs_placebo"]
+__all__ = ["Design", "PooledAnalysis", "pool", "support_vs_placebo"]
 
 
-#: The pooled designs: in process each path's samples against the rows it sampled from (one
-#: sample, the placebo's own tests judging the instrument); over HTTP the speculative samples
-#: against the placebo's under one re-scoring (two samples).
-OWN_ROWS = "own-rows"
-VS_PLACEBO = "vs-placebo"
+class Design(str, enum.Enum):
+    """What the pooled tests compare: in process each path's samples against the rows it
+    sampled from (one sample, the placebo's own tests judging the instrument); over HTTP the
+    speculative samples against the placebo's under one re-scoring (two samples)."""
+
+    OWN_ROWS = "own-rows"
+    VS_PLACEBO = "vs-placebo"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -95,9 +101,8 @@ class PooledAnalysis:
     left_out: tuple[str, ...] = ()
     #: the prompts whose own comparison with the placebo is strongest, smallest p first
     carriers: tuple[tuple[str, float], ...] = ()
-    #: `OWN_ROWS` (in process: one-sample against the rows each path sampled from, the
-    #: placebo's own tests judging the instrument) or `VS_PLACEBO` (speculative against placebo)
-    design: str = "vs-placebo"
+    #: what the tests compare; records written before it read as `Design.VS_PLACEBO`
+    design: Design = Design.VS_PLACEBO
     #: in process, the placebo's (the baseline's) one-sample tests under its own rows: one
     #: that rejects says the instrument does not reproduce the engine's sampler
     instrument: tuple[ScoredTest, ...] = ()
@@ -143,7 +148,7 @@ class PooledAnalysis:
             "bounds": [b.to_dict() for b in self.bounds],
             "left_out": list(self.left_out),
             "carriers": [[key, p] for key, p in self.carriers],
-            "design": self.design,
+            "design": self.design.value,
             "instrument": [t.to_dict() for t in self.instrument],
         }
 
@@ -163,7 +168,7 @@ class PooledAnalysis:
                 for row in json_list(data.get("carriers", []))
                 if len(pair := json_list(row)) == 2
             ),
-            design=str(data.get("design", VS_PLACEBO)),
+            design=Design(str(data.get("design", Design.VS_PLACEBO.value))),
             instrument=tuple(
                 ScoredTest.from_dict(json_object(t)) for t in json_list(data.get("instrument", []))
             ),
@@ -217,8 +222,8 @@ def _bounds(
     records: Sequence[Sample], data: _PathData, alpha: float, *, own_rows: bool
 ) -> tuple[Bound, ...]:
     """The directed statistics with their intervals, samples as clusters: the speculative
-    samples' own (`OWN_ROWS`: their rows say the expected value, 0) or their difference from
-    the placebo's (`VS_PLACEBO`)."""
+    samples' own (`Design.OWN_ROWS`: their rows say the expected value, 0) or their difference
+    from the placebo's (`Design.VS_PLACEBO`)."""
     seed = pit_seed(records) + 11
     rng = np.random.default_rng(seed)
     bounds = []
@@ -288,18 +293,18 @@ def pool(
 
     In process (``has_logits``) each path's samples are scored under the rows it reported, the
     logits its engine sampled from: the speculative samples are tested against them directly
-    (`OWN_ROWS`, one sample: half the variance of a comparison with the placebo), and the
+    (`Design.OWN_ROWS`, one sample: half the variance of a comparison with the placebo), and the
     placebo's samples by the same tests judge the instrument (equiv's chain recomputed from those
     rows against the engine's own sampler). Over HTTP both paths are scored under the target's
     single-token re-scoring, which is not exact (another batch, another cache state): the
-    speculative samples are compared with the placebo's (`VS_PLACEBO`). The support test is a
-    comparison with the placebo in both."""
+    speculative samples are compared with the placebo's (`Design.VS_PLACEBO`). The support test
+    is a comparison with the placebo in both."""
     key = "chain_pit" if has_logits else "target_pit"
     pooled = {p: s for p, s in by_prompt.items() if s and len(pipeline(s, has_logits)) == 2}
     left_out = tuple(p for p in by_prompt if p not in pooled)
     records = [s for samples in pooled.values() for s in samples]
     seeds = max((len(s) for s in pooled.values()), default=0)
-    design = OWN_ROWS if has_logits else VS_PLACEBO
+    design = Design.OWN_ROWS if has_logits else Design.VS_PLACEBO
     if not records:
         return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out, design=design)
     instrument: tuple[ScoredTest, ...] = ()

@@ -36,7 +36,7 @@ from equiv.json_types import JSONDict, JSONObject, json_list, json_object
 from equiv.records import AnalysisRecord, ResultRecord, RunRecord
 from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.sampling.analysis_record import ScoredTest
-from equiv.verdicts.sampling.pooled import OWN_ROWS, PooledAnalysis, pool
+from equiv.verdicts.sampling.pooled import Design, PooledAnalysis, pool
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import MIN_POWER
 from equiv.verdicts.stats.sequential import Stopping
@@ -178,7 +178,7 @@ def classify_run(
         )
         differ = (
             "are not draws from the rows they were sampled from (the placebo's are)"
-            if pooled.design == OWN_ROWS
+            if pooled.design is Design.OWN_ROWS
             else "differ from the placebo's"
         )
         found = (
