@@ -160,6 +160,8 @@ def test_fidelity_of_identical_rows_is_perfect_and_of_moved_rows_is_measured():
     tokens = [int(np.argmax(r)) for r in rows]
     same = rescore_fidelity(rows, rows.copy(), tokens, SAMPLING)
     assert same == Fidelity(20, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0)
+    assert same.exact
+    assert not Fidelity(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0).exact  # nothing measured
     moved = rows.copy()
     moved[:, :] += rng.normal(0, 0.3, moved.shape).astype(np.float32)
     swapped = rows.copy()
@@ -171,6 +173,8 @@ def test_fidelity_of_identical_rows_is_perfect_and_of_moved_rows_is_measured():
     assert 0 < fid.top_shift_mean <= fid.top_shift_max
     one = rescore_fidelity(rows, swapped, tokens, SAMPLING)
     assert one.top_changed == 1
+    assert not fid.exact
+    assert not one.exact
     assert one.rank_changed == 1
     assert Fidelity.from_dict(fid.to_dict()) == Fidelity.from_dict(
         {k: round(v, 6) if isinstance(v, float) else v for k, v in fid.__dict__.items()}

@@ -8,6 +8,7 @@ with extra mass on the top token. Everything is seeded: numpy's generators give 
 every machine, so no outcome depends on a CPU's rounding of a near-tie.
 """
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -18,6 +19,7 @@ from equiv.engines.chain import chain_distribution
 from equiv.records import RUN_KEY, RunRecord, parse_record
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.fidelity import EXACT_TV, Fidelity
 from equiv.verdicts.sampling.pooled import (
     Design,
     PooledAnalysis,
@@ -220,8 +222,9 @@ def test_prompts_without_a_placebo_are_left_out_and_counted(placebo_run):
     assert "1 prompt(s) left out without a placebo" in partial.verdict.reason
 
 
-def _http(run):
-    """The simulated samples as an HTTP run records them: scored by re-scoring (target_pit)."""
+def _http(run, fidelity=None):
+    """The simulated samples as an HTTP run records them: scored by re-scoring (target_pit),
+    with the baseline's re-scoring ``fidelity`` where given."""
 
     def moved(path):
         return PathSample(
@@ -231,9 +234,68 @@ def _http(run):
         )
 
     return {
-        k: [Sample(s.key, moved(s.baseline), moved(s.speculative)) for s in v]
+        k: [Sample(s.key, moved(s.baseline), moved(s.speculative), None, fidelity) for s in v]
         for k, v in run.items()
     }
+
+
+def _fidelity(tv_max, top_changed=0):
+    return Fidelity(32, tv_max / 4, tv_max, 0.0, 0.0, 0.0, 0.0, top_changed, 0)
+
+
+@pytest.mark.parametrize(
+    ("fidelity", "design"),
+    [
+        (_fidelity(0.0), Design.EXACT_RESCORED),
+        (_fidelity(EXACT_TV), Design.EXACT_RESCORED),
+        (_fidelity(2 * EXACT_TV), Design.VS_PLACEBO),
+        (_fidelity(0.0, top_changed=1), Design.VS_PLACEBO),
+        (None, Design.VS_PLACEBO),
+    ],
+)
+def test_over_http_the_design_follows_the_measured_fidelity_of_the_re_scoring(fidelity, design):
+    """Re-scored rows measured to be the rows the baseline sampled from (one request in
+    flight) are tested against as in process; rows off by more, or not measured, only
+    against the placebo."""
+    pooled = pool(_http(simulate(4, 8), fidelity), alpha=ALPHA, has_logits=False)
+    assert pooled.design is design
+    assert bool(pooled.instrument) is design.one_sample
+    assert PooledAnalysis.from_dict(pooled.to_dict()) == pooled
+
+
+def test_one_sample_not_measured_keeps_the_comparison_with_the_placebo():
+    run = _http(simulate(4, 8), _fidelity(0.0))
+    key = next(iter(run))
+    run[key] = [dataclasses.replace(run[key][0], rescore_fidelity=None), *run[key][1:]]
+    assert pool(run, alpha=ALPHA, has_logits=False).design is Design.VS_PLACEBO
+
+
+def test_over_http_with_exact_rows_the_bounds_are_the_speculative_samples_own():
+    """Against exact rows the placebo adds no variance: every bound is narrower than the same
+    samples' comparison with the placebo, and a correct sampler's are within their margins
+    where the comparison's are not all."""
+    run = simulate(8, 32)
+    exact = pool(_http(run, _fidelity(0.0)), alpha=ALPHA, has_logits=False)
+    versus = pool(_http(run, _fidelity(0.5)), alpha=ALPHA, has_logits=False)
+    width = {b.effect: b.high - b.low for b in versus.bounds}
+    for bound in exact.bounds:
+        assert bound.high - bound.low < width[bound.effect], bound.line
+    verdict = classify_run(exact, prompt_labels=Counter(), has_logits=False)
+    assert verdict.label is Label.EQUIVALENT, verdict.reason
+
+
+def test_over_http_with_exact_rows_a_rejection_still_needs_the_batched_follow_up():
+    """Single-token rows are plain decoding's; the speculative samples follow verification's
+    batched rows: a rejection may be numeric drift, and is asked again batched."""
+    run = _http(simulate(8, 16, "greedy"), _fidelity(0.0))
+    judged = judge_run(run, Counter(), alpha=ALPHA, has_logits=False)
+    assert judged.pooled.design is Design.EXACT_RESCORED
+    assert judged.pooled.rejected()
+    assert judged.verdict.label is Label.INCONCLUSIVE, judged.verdict.reason
+    assert "re-scored exactly" in judged.verdict.reason
+    batched = RunBatched(tests=(_batched_test(1e-6, 0.99),), samples=64)
+    confirmed = judge_run(run, Counter(), alpha=ALPHA, has_logits=False, batched=batched)
+    assert confirmed.verdict.label is Label.SAMPLER_BUG, confirmed.verdict.reason
 
 
 def _batched_test(p_adjusted, power):

@@ -28,6 +28,7 @@ from equiv.json_types import (
     json_object,
 )
 from equiv.records import Drift
+from equiv.records.codec import decode, encode
 from equiv.verdicts.sampling.fidelity import Fidelity
 from equiv.verdicts.stats import TestResult
 
@@ -78,25 +79,11 @@ class ScoredTest:
         return self.detail.split(";")[0]
 
     def to_dict(self) -> JSONDict:
-        """As the file holds it: a `TestResult`'s fields in its order, then ``p_adjusted``."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(TestResult)}
-        return {**data, "p_adjusted": self.p_adjusted}
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> ScoredTest:
-        df = data.get("df")
-        return cls(
-            name=str(data["name"]),
-            statistic=json_float(data["statistic"]),
-            p_value=json_float(data["p_value"]),
-            p_adjusted=json_float(data["p_adjusted"]),
-            n=json_int(data.get("n") or 0),
-            detail=str(data.get("detail") or ""),
-            alpha=_opt_float(data, "alpha"),
-            df=None if df is None else json_int(df),
-            power=_opt_float(data, "power"),
-            effect=_opt_float(data, "effect"),
-        )
+        return decode(cls, data, "test")
 
 
 def _tests(rows: JSONValue) -> tuple[ScoredTest, ...] | None:

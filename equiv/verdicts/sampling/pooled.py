@@ -13,10 +13,16 @@ samples, each sample a cluster. Two designs, by what the instrument is:
   pipeline) judges the instrument: the same tests on it must not reject, or the run is
   ``inconclusive`` (equiv's chain, recomputed from the logits, does not reproduce the engine's
   own sampler) and no pooled test is believed.
-- `Design.VS_PLACEBO`, over HTTP: both paths are scored under the target's single-token
-  re-scoring, which is not exact (another batch, another cache state), so every test is the
-  speculative samples against the placebo's (`equiv.verdicts.sampling.placebo`): an error the
-  instrument makes on both cancels, and the instrument alone cannot reject.
+- `Design.EXACT_RESCORED`, over HTTP where the re-scoring is measured exact: both paths are
+  scored under the target's single-token rows re-scored on the baseline server, and where the
+  baseline's re-scored rows are, at every position of the run, the rows its server reported
+  sampling from (`equiv.verdicts.sampling.fidelity.Fidelity.exact`: one request in flight,
+  forced decoding), the re-scored rows are plain decoding's own, and the speculative samples
+  are tested against them as in process, the placebo's same tests judging the instrument.
+- `Design.VS_PLACEBO`, over HTTP otherwise: the re-scoring is not exact (another batch,
+  another cache state: several requests in flight), so every test is the speculative samples
+  against the placebo's (`equiv.verdicts.sampling.placebo`): an error the instrument makes on
+  both cancels, and the instrument alone cannot reject.
 
 The tests:
 
@@ -30,7 +36,7 @@ The tests:
 
 They are Holm-adjusted among themselves at the run's pooled level. Beside each directed test a
 *bound* with its ``1 - 2 alpha`` confidence interval (the two one-sided tests of TOST at
-``alpha``), in units a user reads: the speculative samples' own effect (`Design.OWN_ROWS`) or
+``alpha``), in units a user reads: the speculative samples' own effect (one-sample designs) or
 the difference speculative minus placebo (`Design.VS_PLACEBO`). The margins are the smallest
 effects that matter (`equiv.verdicts.sampling.pooled_bounds.MARGINS`): each is below the
 mildest reference fault that the sequential benchmark injects (``wrong_temp``: 18 % colder,
@@ -52,8 +58,10 @@ import numpy as np
 import numpy.typing as npt
 from scipy import stats as sps
 
-from equiv.json_types import JSONDict, JSONObject, json_float, json_int, json_list, json_object
+from equiv.json_types import JSONDict, JSONObject
+from equiv.records.codec import decode, encode
 from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.fidelity import Fidelity
 from equiv.verdicts.sampling.pit_tests import (
     adjusted,
     consistency,
@@ -74,14 +82,35 @@ __all__ = ["Design", "PooledAnalysis", "pool", "support_vs_placebo"]
 
 class Design(str, enum.Enum):
     """What the pooled tests compare: in process each path's samples against the rows it
-    sampled from (one sample, the placebo's own tests judging the instrument); over HTTP the
+    sampled from, over HTTP against the re-scored rows where those are measured exact (one
+    sample each, the placebo's own tests judging the instrument); over HTTP otherwise the
     speculative samples against the placebo's under one re-scoring (two samples)."""
 
     OWN_ROWS = "own-rows"
+    EXACT_RESCORED = "exact-rescored"
     VS_PLACEBO = "vs-placebo"
 
     def __str__(self) -> str:
         return self.value
+
+    @property
+    def one_sample(self) -> bool:
+        """The speculative samples are tested against rows, not against the placebo."""
+        return self is not Design.VS_PLACEBO
+
+    @classmethod
+    def of(cls, records: Sequence[Sample], has_logits: bool) -> Design:
+        """The design the instrument allows: `OWN_ROWS` in process; over HTTP
+        `EXACT_RESCORED` where every sample's re-scoring was measured on the baseline and is
+        exact over the run's positions together, else `VS_PLACEBO`."""
+        if has_logits:
+            return cls.OWN_ROWS
+        measured = [s.rescore_fidelity for s in records]
+        parts = [f for f in measured if f is not None]
+        if len(parts) < len(measured):
+            return cls.VS_PLACEBO
+        fidelity = Fidelity.pooled(parts)
+        return cls.EXACT_RESCORED if fidelity is not None and fidelity.exact else cls.VS_PLACEBO
 
 
 @dataclass(frozen=True)
@@ -138,41 +167,11 @@ class PooledAnalysis:
         return (head, *tests, *placebo, *(b.line for b in self.bounds))
 
     def to_dict(self) -> JSONDict:
-        return {
-            "alpha": self.alpha,
-            "prompts": self.prompts,
-            "samples": self.samples,
-            "tokens": self.tokens,
-            "seeds": self.seeds,
-            "tests": [t.to_dict() for t in self.tests],
-            "bounds": [b.to_dict() for b in self.bounds],
-            "left_out": list(self.left_out),
-            "carriers": [[key, p] for key, p in self.carriers],
-            "design": self.design.value,
-            "instrument": [t.to_dict() for t in self.instrument],
-        }
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> PooledAnalysis:
-        return cls(
-            alpha=json_float(data["alpha"]),
-            prompts=json_int(data["prompts"]),
-            samples=json_int(data["samples"]),
-            tokens=json_int(data["tokens"]),
-            seeds=json_int(data["seeds"]),
-            tests=tuple(ScoredTest.from_dict(json_object(t)) for t in json_list(data["tests"])),
-            bounds=tuple(Bound.from_dict(json_object(b)) for b in json_list(data["bounds"])),
-            left_out=tuple(str(k) for k in json_list(data.get("left_out", []))),
-            carriers=tuple(
-                (str(pair[0]), json_float(pair[1]))
-                for row in json_list(data.get("carriers", []))
-                if len(pair := json_list(row)) == 2
-            ),
-            design=Design(str(data.get("design", Design.VS_PLACEBO.value))),
-            instrument=tuple(
-                ScoredTest.from_dict(json_object(t)) for t in json_list(data.get("instrument", []))
-            ),
-        )
+        return decode(cls, data, "pooled")
 
 
 def support_vs_placebo(
@@ -222,7 +221,7 @@ def _bounds(
     records: Sequence[Sample], data: _PathData, alpha: float, *, own_rows: bool
 ) -> tuple[Bound, ...]:
     """The directed statistics with their intervals, samples as clusters: the speculative
-    samples' own (`Design.OWN_ROWS`: their rows say the expected value, 0) or their difference
+    samples' own (one-sample designs: their rows say the expected value, 0) or their difference
     from the placebo's (`Design.VS_PLACEBO`)."""
     seed = pit_seed(records) + 11
     rng = np.random.default_rng(seed)
@@ -292,23 +291,23 @@ def pool(
     its samples) at the pooled level ``alpha``.
 
     In process (``has_logits``) each path's samples are scored under the rows it reported, the
-    logits its engine sampled from: the speculative samples are tested against them directly
-    (`Design.OWN_ROWS`, one sample: half the variance of a comparison with the placebo), and the
-    placebo's samples by the same tests judge the instrument (equiv's chain recomputed from those
-    rows against the engine's own sampler). Over HTTP both paths are scored under the target's
-    single-token re-scoring, which is not exact (another batch, another cache state): the
-    speculative samples are compared with the placebo's (`Design.VS_PLACEBO`). The support test
-    is a comparison with the placebo in both."""
+    logits its engine sampled from; over HTTP under the target's re-scored rows. Where those
+    rows are the ones sampled from (in process, or over HTTP where the baseline's re-scoring is
+    measured exact: `Design.of`) the speculative samples are tested against them directly (one
+    sample: half the variance of a comparison with the placebo), and the placebo's samples by
+    the same tests judge the instrument (equiv's chain recomputed from those rows against the
+    engine's own sampler). Otherwise the speculative samples are compared with the placebo's
+    (`Design.VS_PLACEBO`). The support test is a comparison with the placebo in all designs."""
     key = "chain_pit" if has_logits else "target_pit"
     pooled = {p: s for p, s in by_prompt.items() if s and len(pipeline(s, has_logits)) == 2}
     left_out = tuple(p for p in by_prompt if p not in pooled)
     records = [s for samples in pooled.values() for s in samples]
     seeds = max((len(s) for s in pooled.values()), default=0)
-    design = Design.OWN_ROWS if has_logits else Design.VS_PLACEBO
+    design = Design.of(records, has_logits)
     if not records:
         return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out, design=design)
     instrument: tuple[ScoredTest, ...] = ()
-    if has_logits:
+    if design.one_sample:
         tests = _own_rows(records, "speculative", key, alpha)
         instrument = tuple(adjusted(_own_rows(records, "baseline", key, alpha)))
     else:
@@ -327,7 +326,7 @@ def pool(
         tokens=tokens,
         seeds=seeds,
         tests=tuple(adjusted(tests)),
-        bounds=_bounds(records, data, alpha, own_rows=has_logits),
+        bounds=_bounds(records, data, alpha, own_rows=design.one_sample),
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
         design=design,

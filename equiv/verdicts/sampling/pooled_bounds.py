@@ -9,7 +9,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from equiv.json_types import JSONDict, JSONObject, json_float
+from equiv.json_types import JSONDict, JSONObject
+from equiv.records.codec import decode, encode
 
 __all__ = ["MARGINS", "Bound", "Effect"]
 
@@ -75,20 +76,8 @@ class Bound:
         return max(1.0, (half / room) ** 2)
 
     def to_dict(self) -> JSONDict:
-        return {
-            "effect": self.effect.value,
-            "estimate": self.estimate,
-            "low": self.low,
-            "high": self.high,
-            "margin": self.margin,
-        }
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> Bound:
-        return cls(
-            effect=Effect(str(data["effect"])),
-            estimate=json_float(data["estimate"]),
-            low=json_float(data["low"]),
-            high=json_float(data["high"]),
-            margin=json_float(data["margin"]),
-        )
+        return decode(cls, data, "bound")

@@ -4,14 +4,16 @@ prompts' own labels. In order:
 - ``misconfiguration`` when the two paths' fingerprints differ;
 - ``inconclusive`` when no prompt could be pooled (no placebo anywhere: re-scoring not offered
   or failed on every prompt);
-- ``inconclusive`` in process when the placebo's samples fail the pooled tests against their
-  own rows (the instrument does not reproduce the engine's sampler), unless a prompt's own
-  comparison with the placebo says ``sampler-bug``;
+- ``inconclusive`` where the pooled tests are one-sample (in process, or over HTTP with the
+  re-scoring measured exact) and the placebo's samples fail them against their own rows (the
+  instrument does not reproduce the engine's sampler), unless a prompt's own comparison with
+  the placebo says ``sampler-bug``;
 - ``sampler-bug`` when a pooled test rejects at the pooled level: in process (the speculative
-  samples against the rows they were sampled from) at once; over HTTP (the speculative samples
-  against the placebo's) only if a prompt's own verdict is ``sampler-bug`` (its batched
-  follow-up included) or the speculative samples re-scored *batched*, as verification evaluates
-  them, still differ from the placebo (the pooled batched follow-up, `RunBatched`);
+  samples against the rows they were sampled from) at once; over HTTP (against the re-scored
+  single-token rows, or against the placebo's samples) only if a prompt's own verdict is
+  ``sampler-bug`` (its batched follow-up included) or the speculative samples re-scored
+  *batched*, as verification evaluates them, still differ from the placebo (the pooled batched
+  follow-up, `RunBatched`);
   ``numeric-drift`` if they then agree and that comparison had the power, ``inconclusive`` if
   not or if it could not be asked;
 - ``sampler-bug`` when a prompt's own verdict is (each prompt judged at its share of the other
@@ -32,8 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from equiv.config import Mode
-from equiv.json_types import JSONDict, JSONObject, json_list, json_object
+from equiv.json_types import JSONDict, JSONObject, json_object
 from equiv.records import AnalysisRecord, ResultRecord, RunRecord
+from equiv.records.codec import decode, encode
 from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.sampling.analysis_record import ScoredTest
 from equiv.verdicts.sampling.pooled import Design, PooledAnalysis, pool
@@ -68,20 +71,11 @@ class RunBatched:
     samples: int = 0
 
     def to_dict(self) -> JSONDict:
-        return {
-            "tests": [t.to_dict() for t in self.tests],
-            "error": self.error,
-            "samples": self.samples,
-        }
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> RunBatched:
-        error = data.get("error")
-        return cls(
-            tests=tuple(ScoredTest.from_dict(json_object(t)) for t in json_list(data["tests"])),
-            error=None if error is None else str(error),
-            samples=int(str(data.get("samples", 0))),
-        )
+        return decode(cls, data, "batched")
 
 
 def _evidence(labels: Counter[Label]) -> JSONDict:
@@ -163,10 +157,15 @@ def classify_run(
     broken = pooled.instrument_rejected()
     if broken:  # the placebo rejects its own rows: no pooled test is believed
         shown = "; ".join(f"{t.name} p = {t.p_adjusted:.2g}: {t.summary}" for t in broken)
+        rows = (
+            "the rows they were sampled from under equiv's chain"
+            if pooled.design is Design.OWN_ROWS
+            else "the target's re-scored rows under equiv's chain"
+        )
         why = (
-            f"pooled over the run ({scope}), the placebo's own samples are not draws from the "
-            f"rows they were sampled from under equiv's chain ({shown}): the instrument does "
-            "not reproduce this engine's sampler, so no pooled test is believed"
+            f"pooled over the run ({scope}), the placebo's own samples are not draws from "
+            f"{rows} ({shown}): the instrument does not reproduce this engine's sampler, so no "
+            "pooled test is believed"
         )
         if n_bug:
             return Verdict(Label.SAMPLER_BUG, f"{why}; but {own}, against the placebo", ev)
@@ -176,11 +175,13 @@ def classify_run(
             f"{t.name} p = {t.p_adjusted:.2g} (Holm, alpha {pooled.alpha:.2g}): {t.summary}"
             for t in rejects
         )
-        differ = (
-            "are not draws from the rows they were sampled from (the placebo's are)"
-            if pooled.design is Design.OWN_ROWS
-            else "differ from the placebo's"
-        )
+        differ = {
+            Design.OWN_ROWS: "are not draws from the rows they were sampled from (the "
+            "placebo's are)",
+            Design.EXACT_RESCORED: "are not draws from the target's single-token rows, "
+            "re-scored exactly (the placebo's are)",
+            Design.VS_PLACEBO: "differ from the placebo's",
+        }[pooled.design]
         found = (
             f"pooled over the run ({scope}), the speculative samples {differ}: "
             f"{shown}{_where(pooled)}"

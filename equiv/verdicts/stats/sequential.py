@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from equiv.errors import ConfigError
-from equiv.json_types import JSONDict, JSONObject, json_float, json_int
+from equiv.json_types import JSONDict, JSONObject
+from equiv.records.codec import decode, encode
 from equiv.records.verdict import Label
 
 __all__ = ["MIN_SEEDS", "STOPPING_LABELS", "Look", "Stopping", "schedule", "stops"]
@@ -102,22 +103,8 @@ class Stopping:
         )
 
     def to_dict(self) -> JSONDict:
-        return {
-            "look": self.look,
-            "looks": self.looks,
-            "seeds": self.seeds,
-            "budget": self.budget,
-            "alpha": self.alpha,
-            "conclusive": self.conclusive,
-        }
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> Stopping:
-        return cls(
-            look=json_int(data["look"]),
-            looks=json_int(data["looks"]),
-            seeds=json_int(data["seeds"]),
-            budget=json_int(data["budget"]),
-            alpha=json_float(data["alpha"]),
-            conclusive=bool(data["conclusive"]),
-        )
+        return decode(cls, data, "stopping")
