@@ -39,7 +39,7 @@ from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.sampling.prompt_analysis import analyze
-from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, judge_run
+from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, RunJudgement, judge_run
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import classify_sampling
 
@@ -143,7 +143,8 @@ def report(results: ResultsFile, wall: float) -> None:
         f"(one-sided 95 % upper bound {upper:.3f}); wall {wall:.0f} s"
     )
     for record in results.runs():  # the run's own answer, pooled over its prompts
-        print(f"run: **{record.verdict.label.value}**; {record.verdict.reason}")
+        design = RunJudgement.of(record).pooled.design
+        print(f"run ({design}): **{record.verdict.label.value}**; {record.verdict.reason}")
 
 
 def reanalyze(path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from equiv.engines.base import RescoreCost
 from equiv.records.codec import OMIT, ROUND, decode, encode
 from equiv.records.fields import FieldError
 from equiv.verdicts.sampling.analysis_record import ScoredTest
@@ -17,6 +18,7 @@ from equiv.verdicts.sampling.fidelity import Fidelity
 from equiv.verdicts.sampling.pooled import Design, PooledAnalysis
 from equiv.verdicts.sampling.pooled_bounds import Bound, Effect
 from equiv.verdicts.sampling.run_verdict import RunBatched
+from equiv.verdicts.stats import TestResult
 from equiv.verdicts.stats.sequential import Stopping
 
 finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -61,7 +63,23 @@ pooled = st.builds(
     instrument=st.lists(scored, max_size=2).map(tuple),
 )
 
+result = st.builds(
+    TestResult,
+    name=text,
+    statistic=finite,
+    p_value=finite,
+    alpha=finite,
+    n=counts,
+    df=maybe() | counts,
+    power=maybe() | finite,
+    effect=maybe() | finite,
+    detail=text,
+)
+cost = st.builds(RescoreCost, counts, counts, counts, counts, rounded6, rounded6, counts, counts)
+
 RECORDS = {
+    "result": result,
+    "cost": cost,
     "test": scored,
     "bound": bound,
     "stopping": stopping,
@@ -136,5 +154,5 @@ def test_records_written_before_a_field_existed_read_with_its_default():
         del older[key]
     assert PooledAnalysis.from_dict(older).design is Design.VS_PLACEBO
     assert RunBatched.from_dict({"error": "timed out"}) == RunBatched(error="timed out")
-    with pytest.raises(FieldError, match="stopping.look: missing"):
+    with pytest.raises(FieldError, match=r"stopping\.look: missing"):
         Stopping.from_dict({"looks": 4})

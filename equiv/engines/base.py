@@ -27,7 +27,7 @@ This module imports no engine: concrete engines are found by `equiv.engines.regi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -35,9 +35,10 @@ import numpy.typing as npt
 
 from equiv.config import RunConfig, SamplingConfig
 from equiv.errors import ConfigError
-from equiv.json_types import JSONDict, JSONObject, json_float, json_int
+from equiv.json_types import JSONDict, JSONObject
 from equiv.prompts import Prompt
 from equiv.records import Generation
+from equiv.records.codec import ROUND, decode, encode
 
 __all__ = [
     "FINGERPRINT_KEYS",
@@ -207,8 +208,8 @@ class RescoreCost:
     rows: int = 0
     tokens_evaluated: int = 0
     tokens_cached: int = 0
-    server_s: float = 0.0
-    wall_s: float = 0.0
+    server_s: float = field(default=0.0, metadata={ROUND: 6})
+    wall_s: float = field(default=0.0, metadata={ROUND: 6})
     rows_off_path: int = 0
     rows_reused: int = 0
 
@@ -225,28 +226,12 @@ class RescoreCost:
         )
 
     def to_dict(self) -> JSONDict:
-        out = asdict(self)
-        out["server_s"] = round(self.server_s, 6)
-        out["wall_s"] = round(self.wall_s, 6)
-        return out
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> RescoreCost:
         """As `to_dict` wrote it; a count or time an older file lacks is 0."""
-
-        def count(key: str) -> int:
-            return json_int(data.get(key, 0))
-
-        return cls(
-            requests=count("requests"),
-            rows=count("rows"),
-            tokens_evaluated=count("tokens_evaluated"),
-            tokens_cached=count("tokens_cached"),
-            server_s=json_float(data.get("server_s", 0.0)),
-            wall_s=json_float(data.get("wall_s", 0.0)),
-            rows_off_path=count("rows_off_path"),
-            rows_reused=count("rows_reused"),
-        )
+        return decode(cls, data, "rescore_cost")
 
 
 @runtime_checkable

@@ -3,32 +3,19 @@ tests share (the level ``alpha``, too little data)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
 from equiv.errors import ConfigError
 from equiv.json_types import JSONDict, JSONObject
+from equiv.records.codec import decode, encode
 
 __all__ = ["FloatArray", "TestResult", "check_alpha", "not_enough"]
 
 FloatArray = npt.NDArray[np.float64]
-_KINDS: dict[str, type] = {"str": str, "int": int, "float": float}
-
-
-def _fields_from(cls: type, data: JSONObject) -> dict[str, Any]:
-    """A dataclass's fields from a JSON record, each coerced to its annotated type."""
-    fields = dataclasses.fields(cls)
-    missing = [f.name for f in fields if f.name not in data]
-    if missing:
-        raise ValueError(f"{cls.__name__} record lacks {missing}; re-run the comparison")
-    kinds = {
-        f.name: _KINDS[kind] for f in fields if (kind := str(f.type).split(" | ")[0]) in _KINDS
-    }
-    return {k: None if data[k] is None else kinds[k](data[k]) for k in kinds}
 
 
 @dataclass(frozen=True)
@@ -55,11 +42,11 @@ class TestResult:
         return self.p_value < self.alpha
 
     def to_dict(self) -> JSONDict:
-        return dataclasses.asdict(self)
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> TestResult:
-        return cls(**_fields_from(cls, data))
+        return decode(cls, data, "test")
 
 
 def check_alpha(alpha: float) -> None:
