@@ -131,76 +131,64 @@ def _batched_answer(
     )
 
 
-def classify_run(
+_DIFFER = {
+    Design.OWN_ROWS: "are not draws from the rows they were sampled from (the placebo's are)",
+    Design.EXACT_RESCORED: "are not draws from the target's single-token rows, re-scored "
+    "exactly (the placebo's are)",
+    Design.VS_PLACEBO: "differ from the placebo's",
+}
+
+
+def _instrument_broken(pooled: PooledAnalysis, n_bug: int, own: str, ev: JSONDict) -> Verdict:
+    """Rule 3: the placebo rejects its own rows, so no pooled test is believed."""
+    broken = pooled.instrument_rejected()
+    shown = "; ".join(f"{t.name} p = {t.p_adjusted:.2g}: {t.summary}" for t in broken)
+    rows = (
+        "the rows they were sampled from under equiv's chain"
+        if pooled.design is Design.OWN_ROWS
+        else "the target's re-scored rows under equiv's chain"
+    )
+    why = (
+        f"pooled over the run ({_scope(pooled)}), the placebo's own samples are not draws from "
+        f"{rows} ({shown}): the instrument does not reproduce this engine's sampler, so no "
+        "pooled test is believed"
+    )
+    if n_bug:
+        return Verdict(Label.SAMPLER_BUG, f"{why}; but {own}, against the placebo", ev)
+    return Verdict(Label.INCONCLUSIVE, why, ev)
+
+
+def _pooled_rejects(
     pooled: PooledAnalysis,
     *,
-    prompt_labels: Counter[Label],
-    differences: Sequence[str] = (),
-    has_logits: bool = True,
-    batched: RunBatched | None = None,
+    n_bug: int,
+    own: str,
+    ev: JSONDict,
+    has_logits: bool,
+    batched: RunBatched | None,
 ) -> Verdict:
-    """The run's verdict (the rules in order: this module's docstring)."""
-    ev = _evidence(prompt_labels)
-    if differences:
-        return misconfiguration(differences, "the pooled tests were not asked")
-    if pooled.prompts == 0:
-        return Verdict(
-            Label.INCONCLUSIVE,
-            f"no prompt could be pooled: {len(pooled.left_out)} prompt(s) have no placebo "
-            "(re-scoring not offered, or it failed)",
-            ev,
-        )
-    scope = _scope(pooled)
+    """Rule 4: a pooled test rejects; over HTTP it needs a confirmation."""
     rejects = pooled.rejected()
-    n_bug = prompt_labels.get(Label.SAMPLER_BUG, 0)
-    own = f"{n_bug} prompt(s) show a sampler fault on their own"
-    broken = pooled.instrument_rejected()
-    if broken:  # the placebo rejects its own rows: no pooled test is believed
-        shown = "; ".join(f"{t.name} p = {t.p_adjusted:.2g}: {t.summary}" for t in broken)
-        rows = (
-            "the rows they were sampled from under equiv's chain"
-            if pooled.design is Design.OWN_ROWS
-            else "the target's re-scored rows under equiv's chain"
-        )
-        why = (
-            f"pooled over the run ({scope}), the placebo's own samples are not draws from "
-            f"{rows} ({shown}): the instrument does not reproduce this engine's sampler, so no "
-            "pooled test is believed"
-        )
-        if n_bug:
-            return Verdict(Label.SAMPLER_BUG, f"{why}; but {own}, against the placebo", ev)
-        return Verdict(Label.INCONCLUSIVE, why, ev)
-    if rejects:
-        shown = "; ".join(
-            f"{t.name} p = {t.p_adjusted:.2g} (Holm, alpha {pooled.alpha:.2g}): {t.summary}"
-            for t in rejects
-        )
-        differ = {
-            Design.OWN_ROWS: "are not draws from the rows they were sampled from (the "
-            "placebo's are)",
-            Design.EXACT_RESCORED: "are not draws from the target's single-token rows, "
-            "re-scored exactly (the placebo's are)",
-            Design.VS_PLACEBO: "differ from the placebo's",
-        }[pooled.design]
-        found = (
-            f"pooled over the run ({scope}), the speculative samples {differ}: "
-            f"{shown}{_where(pooled)}"
-        )
-        if has_logits:
-            return Verdict(Label.SAMPLER_BUG, found, ev)
-        if n_bug:  # each confirmed on its own, batched follow-up included
-            return Verdict(Label.SAMPLER_BUG, f"{found}; and {own}", ev)
-        label, why = _batched_answer(pooled, [t.kind for t in rejects], batched)
-        return Verdict(label, f"{found}; {why}", ev)
-    if n_bug:
-        return Verdict(
-            Label.SAMPLER_BUG,
-            f"no pooled test rejects ({scope}), but {own} (a fault on few prompts dilutes in "
-            "the pool)",
-            ev,
-        )
+    shown = "; ".join(
+        f"{t.name} p = {t.p_adjusted:.2g} (Holm, alpha {pooled.alpha:.2g}): {t.summary}"
+        for t in rejects
+    )
+    found = (
+        f"pooled over the run ({_scope(pooled)}), the speculative samples "
+        f"{_DIFFER[pooled.design]}: {shown}{_where(pooled)}"
+    )
+    if has_logits:
+        return Verdict(Label.SAMPLER_BUG, found, ev)
+    if n_bug:  # each confirmed on its own, batched follow-up included
+        return Verdict(Label.SAMPLER_BUG, f"{found}; and {own}", ev)
+    label, why = _batched_answer(pooled, [t.kind for t in rejects], batched)
+    return Verdict(label, f"{found}; {why}", ev)
+
+
+def _nothing_rejects(pooled: PooledAnalysis, n_drift: int, ev: JSONDict) -> Verdict:
+    """Rules 6-8: no test of the sampler rejects: drift, bounds within, or more seeds."""
+    scope = _scope(pooled)
     bounds = "; ".join(b.line for b in pooled.bounds)
-    n_drift = prompt_labels.get(Label.NUMERIC_DRIFT, 0)
     if n_drift:
         return Verdict(
             Label.NUMERIC_DRIFT,
@@ -226,6 +214,43 @@ def classify_run(
         f"{bounds}): {more}",
         ev,
     )
+
+
+def classify_run(
+    pooled: PooledAnalysis,
+    *,
+    prompt_labels: Counter[Label],
+    differences: Sequence[str] = (),
+    has_logits: bool = True,
+    batched: RunBatched | None = None,
+) -> Verdict:
+    """The run's verdict (the rules in order: this module's docstring)."""
+    ev = _evidence(prompt_labels)
+    if differences:
+        return misconfiguration(differences, "the pooled tests were not asked")
+    if pooled.prompts == 0:
+        return Verdict(
+            Label.INCONCLUSIVE,
+            f"no prompt could be pooled: {len(pooled.left_out)} prompt(s) have no placebo "
+            "(re-scoring not offered, or it failed)",
+            ev,
+        )
+    n_bug = prompt_labels.get(Label.SAMPLER_BUG, 0)
+    own = f"{n_bug} prompt(s) show a sampler fault on their own"
+    if pooled.instrument_rejected():
+        return _instrument_broken(pooled, n_bug, own, ev)
+    if pooled.rejected():
+        return _pooled_rejects(
+            pooled, n_bug=n_bug, own=own, ev=ev, has_logits=has_logits, batched=batched
+        )
+    if n_bug:
+        return Verdict(
+            Label.SAMPLER_BUG,
+            f"no pooled test rejects ({_scope(pooled)}), but {own} (a fault on few prompts "
+            "dilutes in the pool)",
+            ev,
+        )
+    return _nothing_rejects(pooled, prompt_labels.get(Label.NUMERIC_DRIFT, 0), ev)
 
 
 @dataclass(frozen=True)
