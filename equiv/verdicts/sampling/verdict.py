@@ -216,6 +216,20 @@ def classify_sampling(
             "them can be believed",
             ev.to_dict(),
         )
+    decided = _rejection(analysis, ev, placebo, note, has_logits)
+    return decided or _no_rejection(analysis, ev, placebo, note, rejects)
+
+
+def _rejection(
+    analysis: PromptAnalysis,
+    ev: SamplingEvidence,
+    placebo: Placebo,
+    note: str,
+    has_logits: bool,
+) -> Verdict | None:
+    """A stage of the rejection sampler, or a comparison with the placebo, that rejects; over
+    HTTP the latter with its batched follow-up. None where none does."""
+    alpha, tests = analysis.alpha, analysis.tests
     for name, what in STAGES.items():
         test = find(tests, name)
         if test is not None and test.p_adjusted < alpha:
@@ -237,6 +251,19 @@ def classify_sampling(
         batched, why, label = _batched_answer(analysis.batched, kind, alpha)
         followed = replace(ev, followed_up=True, batched=batched)
         return Verdict(label, f"{found}; {why}{note}", followed.to_dict())
+    return None
+
+
+def _no_rejection(
+    analysis: PromptAnalysis,
+    ev: SamplingEvidence,
+    placebo: Placebo,
+    note: str,
+    rejects: Sequence[ScoredTest],
+) -> Verdict:
+    """No comparison with the placebo rejects: the logits the sampler used, the output
+    distributions' own difference (drift), the speculative samples alone, then the power."""
+    alpha = analysis.alpha
     drift = analysis.drift
     fidelity = placebo.fidelity
     floor = max(KL_NOT_TARGET, 10 * fidelity.kl_mean) if fidelity else KL_NOT_TARGET
