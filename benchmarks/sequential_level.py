@@ -99,11 +99,12 @@ def _path(
         tokens.append(token)
         rows.append(row)
         prev = token
-    pits, sens = chain_evidence(np.asarray(rows), tokens, SAMPLING)
+    evidence = chain_evidence(np.asarray(rows), tokens, SAMPLING)
     sample = PathSample(
         tokens=tuple(tokens),
-        pits={"chain_pit": tuple((a, b, c) for a, b, c in pits)},
-        sensitivities={"chain_sensitivity": tuple(sens)},
+        pits={"chain_pit": tuple((a, b, c) for a, b, c in evidence.pits)},
+        sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
+        scores={"chain_score": tuple((s, f) for s, f in evidence.scores)},
     )
     return SimPath(sample, llr)
 

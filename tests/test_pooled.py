@@ -60,11 +60,12 @@ def _path(rng, logits, n, fault):
         tokens.append(token)
         rows.append(logits[prev])
         prev = token
-    pits, sens = chain_evidence(np.asarray(rows), tokens, SAMPLING)
+    evidence = chain_evidence(np.asarray(rows), tokens, SAMPLING)
     return PathSample(
         tokens=tuple(tokens),
-        pits={"chain_pit": tuple(map(tuple, pits))},
-        sensitivities={"chain_sensitivity": tuple(sens)},
+        pits={"chain_pit": tuple(map(tuple, evidence.pits))},
+        sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
+        scores={"chain_score": tuple(map(tuple, evidence.scores))},
     )
 
 
@@ -231,6 +232,7 @@ def _http(run, fidelity=None):
             tokens=path.tokens,
             pits={"target_pit": path.pits["chain_pit"]},
             sensitivities={"target_sensitivity": path.sensitivities["chain_sensitivity"]},
+            scores={"target_score": path.scores["chain_score"]},
         )
 
     return {
@@ -352,3 +354,43 @@ def test_the_run_record_holds_the_judgement_and_reads_back_the_same(placebo_run)
     assert RunJudgement.of(again) == judged
     batched = RunBatched(tests=(_batched_test(0.5, 0.9),), error=None, samples=64)
     assert RunBatched.from_dict(batched.to_dict()) == batched
+
+
+def _without_scores(run):
+    def bare(path):
+        return dataclasses.replace(path, scores={})
+
+    return {
+        k: [
+            dataclasses.replace(s, baseline=bare(s.baseline), speculative=bare(s.speculative))
+            for s in v
+        ]
+        for k, v in run.items()
+    }
+
+
+def test_the_temperature_bound_uses_the_likelihood_scores_where_recorded(placebo_run):
+    """The tokens' likelihood scores carry all of the tempered family's information; the PIT's
+    normal scores, which files written before them fall back on, only part of it: the same
+    samples give a narrower interval, around the same true value (0)."""
+    scored = pool(placebo_run, alpha=ALPHA, has_logits=True)
+    older = pool(_without_scores(placebo_run), alpha=ALPHA, has_logits=True)
+    lam = {b.effect: b for b in scored.bounds}[Effect.TEMPERATURE]
+    old = {b.effect: b for b in older.bounds}[Effect.TEMPERATURE]
+    assert lam.low < 0 < lam.high
+    assert old.low < 0 < old.high
+    assert lam.high - lam.low < 0.9 * (old.high - old.low), (lam.line, old.line)
+
+
+@pytest.mark.parametrize(("power", "inside"), [(1.0, True), (1 / 0.7, False)])
+def test_the_likelihood_bound_covers_the_true_temperature_of_the_samples(power, inside):
+    """Samples drawn from the chain tempered by ``power`` (1: correct; 1/0.7: 30 % colder):
+    the interval holds 0 for the correct sampler and excludes it, on the colder side, for the
+    faulty one."""
+    fault = "none" if power == 1.0 else "wrong_temp"
+    run = simulate(6, 16, fault, base=40)
+    lam = {b.effect: b for b in pool(run, alpha=ALPHA, has_logits=True).bounds}
+    bound = lam[Effect.TEMPERATURE]
+    assert (bound.low < 0 < bound.high) is inside, bound.line
+    if not inside:
+        assert bound.low > 0  # colder

@@ -37,6 +37,7 @@ from equiv.records.kinds import (
     Record,
     ResultRecord,
     RunRecord,
+    analysis_key,
     parse_record,
 )
 from equiv.records.verdict import Label, Verdict
@@ -68,6 +69,7 @@ __all__ = [
     "RunRecord",
     "TokenAlternatives",
     "Verdict",
+    "analysis_key",
     "decode_rate",
     "parse_record",
     "speedup",

@@ -43,6 +43,7 @@ __all__ = [
     "Record",
     "ResultRecord",
     "RunRecord",
+    "analysis_key",
     "parse_record",
     "parse_verdict",
 ]
@@ -416,6 +417,11 @@ class EventRecord:
 
 #: The key of the run's own answer in sampling mode (`RunRecord`).
 RUN_KEY = "run::sampling"
+
+
+def analysis_key(prompt_key: str) -> str:
+    """The key of a prompt's sampling analysis (`AnalysisRecord`): ``suite/id::sampling``."""
+    return f"{prompt_key}::{Mode.SAMPLING.value}"
 
 
 @dataclass(frozen=True)

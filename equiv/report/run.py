@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from equiv.config import Mode
 from equiv.json_types import json_float
-from equiv.records import AnalysisRecord, ResultRecord, ResultsFile
+from equiv.records import AnalysisRecord, ResultRecord, ResultsFile, analysis_key
 from equiv.records.verdict import Label, Verdict
 from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
 from equiv.report.header import Environment, environment, fmt
@@ -190,7 +190,7 @@ def _analyses(
             for j, r in enumerate(picked[:MAX_EXAMPLES])
         ]
         record = analysis or AnalysisRecord(
-            key=f"{key[0]}/{key[1]}::sampling",
+            key=analysis_key(f"{key[0]}/{key[1]}"),
             suite=key[0],
             prompt_id=key[1],
             verdict=Verdict(

@@ -37,6 +37,7 @@ from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.token_evidence import (
     PathEvidence,
+    TokenEvidence,
     chain_evidence,
     evidence_json,
     judgement_evidence,
@@ -157,8 +158,14 @@ class Evidence:
             if rows is None and path == "baseline":  # a server: its top-K covers the chain
                 rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
             if rows is not None:
-                pits, sensitivities = chain_evidence(rows, gen.tokens, sampling)
-                paths[path].update(PathEvidence(chain_pit=pits, chain_sensitivity=sensitivities))
+                chain = chain_evidence(rows, gen.tokens, sampling)
+                paths[path].update(
+                    PathEvidence(
+                        chain_pit=chain.pits,
+                        chain_sensitivity=chain.sensitivities,
+                        chain_score=chain.scores,
+                    )
+                )
         if spec.logits is not None and self.speculative.capabilities.judgements:
             sampling = self.config.for_path(speculative=True).sampling
             paths["speculative"].update(
@@ -168,15 +175,23 @@ class Evidence:
         if rescorer(self.baseline) is not None:
             for gen, path in ((spec, "speculative"), (base, "baseline")):
                 if not gen.tokens:  # nothing to score: an empty sample keeps the placebo whole
-                    paths[path].update(PathEvidence(target_pit=[], target_sensitivity=[]))
+                    paths[path].update(
+                        PathEvidence(target_pit=[], target_sensitivity=[], target_score=[])
+                    )
                     continue
                 try:
                     target = self.rescore(prompt, gen.tokens, False)
                 except EngineError as exc:  # the generations are kept; the analysis says why
                     paths[path]["rescore_error"] = str(exc).splitlines()[0]
                     break
-                pits, sensitivities = chain_evidence(target, gen.tokens, self.config.sampling)
-                paths[path].update(PathEvidence(target_pit=pits, target_sensitivity=sensitivities))
+                scored = chain_evidence(target, gen.tokens, self.config.sampling)
+                paths[path].update(
+                    PathEvidence(
+                        target_pit=scored.pits,
+                        target_sensitivity=scored.sensitivities,
+                        target_score=scored.scores,
+                    )
+                )
                 if path == "speculative" and gen.logits is not None:
                     drift = drift_metrics(gen.logits, target)
                 if path == "baseline":
@@ -219,9 +234,8 @@ class Evidence:
         for sample in samples:
             tokens = list(sample.speculative.tokens)
             rows = self.rescore(prompt, tokens, True) if tokens else None
-            pits, sensitivities = (
-                ([], []) if rows is None else chain_evidence(rows, tokens, sampling)
-            )
-            spec = sample.speculative.scored("batched", pits, sensitivities)
+            none = TokenEvidence([], [], [])
+            evidence = none if rows is None else chain_evidence(rows, tokens, sampling)
+            spec = sample.speculative.scored("batched", evidence)
             scored.append(dataclasses.replace(sample, speculative=spec))
         return scored

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from equiv.errors import EngineError
-from equiv.records import RUN_KEY, AnalysisRecord, ResultRecord, RunRecord
+from equiv.records import RUN_KEY, AnalysisRecord, ResultRecord, RunRecord, analysis_key
 from equiv.records.verdict import Label
 from equiv.run.plan import PlanItem
 from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
@@ -69,7 +69,7 @@ class SamplingJudge:
         out = []
         by_prompt = group_by_prompt(items)
         for key, group in by_prompt.items():
-            if f"{key}::sampling" not in analysed:
+            if analysis_key(key) not in analysed:
                 record = self.judge_prompt(group, done)
                 if record is not None:
                     self.runner.results.append_analysis(record)
@@ -111,7 +111,7 @@ class SamplingJudge:
             analysis, differences=self.runner.differences, has_logits=has_logits
         )
         record = AnalysisRecord(
-            key=f"{key}::sampling",
+            key=analysis_key(key),
             suite=group[0].prompt.suite,
             prompt_id=group[0].prompt.id,
             tests=tuple(t.to_dict() for t in analysis.tests),

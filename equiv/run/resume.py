@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from equiv.config import Mode, RunConfig
 from equiv.errors import ConfigError
 from equiv.json_types import JSONObject
-from equiv.records import RUN_KEY, Control, ResultsContents
+from equiv.records import RUN_KEY, Control, ResultsContents, analysis_key
 from equiv.run.plan import PlanItem
 
 __all__ = ["ResumePlan", "changed_settings", "plan_resume"]
@@ -78,7 +78,7 @@ def plan_resume(
         failed = [
             r for r in contents.results if r.key in keys and r.rescore_failed and can_redo(r.mode)
         ]
-        redo = {r.key for r in failed} | {f"{r.prompt.key}::sampling" for r in failed}
+        redo = {r.key for r in failed} | {analysis_key(r.prompt.key) for r in failed}
         if any(r.mode is Mode.SAMPLING for r in failed):  # the run's pooled answer read them too
             redo.add(RUN_KEY)
     done = set() if fresh else contents.done_keys - redo

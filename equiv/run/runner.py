@@ -37,6 +37,7 @@ from equiv.records import (
     HeaderRecord,
     ResultRecord,
     ResultsFile,
+    analysis_key,
 )
 from equiv.records.machine import Machine
 from equiv.run.evidence import BatchOnce, Evidence, SampleEvidence
@@ -357,7 +358,7 @@ class Runner:
         contents = self.results.read()
         analysed = {a.key for a in contents.analyses}
         decided = self.judge.recorded_run(contents.runs)
-        running = [key for key in by_prompt if f"{key}::sampling" not in analysed]
+        running = [key for key in by_prompt if analysis_key(key) not in analysed]
         todo = {item.key for item in left.todo}
         results: list[ResultRecord] = []
         analyses: list[AnalysisRecord] = []

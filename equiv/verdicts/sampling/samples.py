@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from equiv.json_types import JSONObject, JSONValue, json_float, json_int, json_list, json_object
 from equiv.records import PATHS, Drift, PathName, ResultRecord
 from equiv.verdicts.sampling.fidelity import Fidelity
+from equiv.verdicts.sampling.token_evidence import TokenEvidence
 
 __all__ = ["PathSample", "PitEntry", "Sample"]
 
@@ -30,6 +31,10 @@ PitEntry = tuple[float, float, float]
 
 _PITS = ("chain_pit", "target_pit", "batched_pit", "residual_pit")
 _SENSITIVITIES = tuple(key.replace("_pit", "_sensitivity") for key in _PITS)
+_SCORES = tuple(key.replace("_pit", "_score") for key in _PITS)
+#: ``(s, F)``: a token's likelihood score for the temperature and its variance
+#: (`equiv.verdicts.sampling.token_evidence.TokenEvidence`).
+Score = tuple[float, float]
 
 
 def _entries(rows: Sequence[Sequence[float]]) -> tuple[PitEntry, ...]:
@@ -45,6 +50,11 @@ def _read_floats(values: JSONValue) -> tuple[float, ...]:
     return tuple(json_float(x) for x in json_list(values))
 
 
+def _read_scores(rows: JSONValue) -> tuple[Score, ...]:
+    pairs = [[json_float(x) for x in json_list(row)] for row in json_list(rows)]
+    return tuple((s, f) for s, f in pairs)
+
+
 @dataclass(frozen=True)
 class PathSample:
     """One path's sample: its tokens and the evidence its record holds beside them."""
@@ -54,6 +64,9 @@ class PathSample:
     pits: Mapping[str, tuple[PitEntry, ...]] = field(default_factory=dict)
     #: Sensitivities by their key in the record (``chain_sensitivity``, ...).
     sensitivities: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    #: Likelihood scores by their key in the record (``chain_score``, ...); absent in files
+    #: written before equiv recorded them.
+    scores: Mapping[str, tuple[Score, ...]] = field(default_factory=dict)
     acceptance: tuple[PitEntry, ...] | None = None  # None: the engine reports no judgements
     rescore_error: str | None = None
 
@@ -66,20 +79,24 @@ class PathSample:
             tokens=tuple(json_int(t) for t in json_list(data["tokens"])),
             pits={k: _read_entries(data[k]) for k in _PITS if k in data},
             sensitivities={k: _read_floats(data[k]) for k in _SENSITIVITIES if k in data},
+            scores={k: _read_scores(data[k]) for k in _SCORES if k in data},
             acceptance=None if acceptance is None else _read_entries(acceptance),
             rescore_error=None if error is None else str(error),
         )
 
-    def scored(
-        self, key: str, pits: Sequence[Sequence[float]], sensitivities: Sequence[float]
-    ) -> PathSample:
-        """This sample with PIT entries and sensitivities added under ``key`` (``batched``)."""
+    def scored(self, key: str, evidence: TokenEvidence) -> PathSample:
+        """This sample with its tokens' evidence under other rows added as ``key``
+        (``batched``: ``batched_pit``, ``batched_sensitivity``, ``batched_score``)."""
         return dataclasses.replace(
             self,
-            pits={**self.pits, f"{key}_pit": _entries(pits)},
+            pits={**self.pits, f"{key}_pit": _entries(evidence.pits)},
             sensitivities={
                 **self.sensitivities,
-                f"{key}_sensitivity": tuple(float(x) for x in sensitivities),
+                f"{key}_sensitivity": tuple(float(x) for x in evidence.sensitivities),
+            },
+            scores={
+                **self.scores,
+                f"{key}_score": tuple((float(s), float(f)) for s, f in evidence.scores),
             },
         )
 

@@ -5,6 +5,8 @@ re-scored rows): what a result record holds beside its generation at temperature
   before it, its probability, and the top token's probability: enough for the randomized PIT of
   the one-sample *sampler consistency* test (`equiv.verdicts.sampling.pit_tests`);
 - `chain_sensitivity`: each position's sensitivity to the temperature, for the temperature test;
+- `chain_score`: each position's likelihood score for the temperature and its variance, for
+  the pooled bound on the temperature (`equiv.verdicts.sampling.pooled`);
 - `judgement_evidence`: each stage of a rejection sampler, for engines that report judgements;
 - `top_k_rows`: rows rebuilt from a server's top-K log-probabilities where they hold the chain's
   whole support.
@@ -15,7 +17,7 @@ Pure functions of rows and tokens; no model is called here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +30,7 @@ from equiv.records import Judgement
 
 __all__ = [
     "PathEvidence",
+    "TokenEvidence",
     "chain_evidence",
     "chain_pit",
     "chain_sensitivity",
@@ -45,11 +48,23 @@ class PathEvidence(TypedDict, total=False):
 
     chain_pit: list[list[float]]
     chain_sensitivity: list[float]
+    chain_score: list[list[float]]
     acceptance: list[list[float]]
     residual_pit: list[list[float]]
     target_pit: list[list[float]]
     target_sensitivity: list[float]
+    target_score: list[list[float]]
     rescore_error: str
+
+
+class TokenEvidence(NamedTuple):
+    """What each emitted token carries under one set of rows (`chain_evidence`)."""
+
+    pits: list[list[float]]
+    sensitivities: list[float]
+    #: ``[s, F]`` per token: ``s = log p(x) - E_p[log p]``, the likelihood score of the tempered
+    #: family ``p ** λ`` at λ = 1, and ``F = Var_p(log p)``, its variance (the information)
+    scores: list[list[float]]
 
 
 def evidence_json(evidence: PathEvidence) -> JSONDict:
@@ -80,20 +95,36 @@ def chain_pit(
 ) -> list[list[float]]:
     """``[mass_before, p_token, p_top]`` of every emitted token under the configured chain
     (``p_top``: the probability of the chain's most probable token)."""
-    return chain_evidence(rows, tokens, sampling)[0]
+    return chain_evidence(rows, tokens, sampling).pits
 
 
 def chain_evidence(
     rows: npt.NDArray[np.float32], tokens: Sequence[int], sampling: SamplingConfig
-) -> tuple[list[list[float]], list[float]]:
-    """`chain_pit` and `chain_sensitivity` of every emitted token, from one pass of the chain
-    over each row (the chain is most of their cost: a partition of the whole vocabulary)."""
-    pits, sensitivities = [], []
+) -> TokenEvidence:
+    """`chain_pit`, `chain_sensitivity` and the likelihood scores of every emitted token, from
+    one pass of the chain over each row (the chain is most of their cost: a partition of the
+    whole vocabulary)."""
+    out = TokenEvidence([], [], [])
     for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
         ids, probs = chain_distribution(row, tokens[:i], sampling)
-        pits.append(_pit(ids, probs, int(token)))
-        sensitivities.append(_sensitivity(ids, probs, int(token)))
-    return pits, sensitivities
+        out.pits.append(_pit(ids, probs, int(token)))
+        out.sensitivities.append(_sensitivity(ids, probs, int(token)))
+        out.scores.append(_score(ids, probs, int(token)))
+    return out
+
+
+def _score(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
+    """``[s, F]`` of one position (`TokenEvidence.scores`); ``[0, 0]`` where the chain leaves
+    one token or the token lies outside its support (the support test counts that)."""
+    keep = probs > 0
+    ids, probs = ids[keep], probs[keep]
+    where = int(np.searchsorted(ids, token))
+    if ids.size < 2 or where >= ids.size or ids[where] != token:
+        return [0.0, 0.0]
+    logp = np.log(probs)
+    centred = logp - float(np.dot(probs, logp))
+    info = float(np.dot(probs, centred * centred))
+    return [round(float(centred[where]), 9), round(info, 9)]
 
 
 def _phi_of_quantile(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -114,7 +145,7 @@ def chain_sensitivity(
     ranked as in `equiv.engines.chain.pit_position`). It depends on the row, not on the token
     drawn, so it can weigh the position. 0 where the chain leaves one token, or where the token
     is outside the chain's support (the PIT counts that)."""
-    return chain_evidence(rows, tokens, sampling)[1]
+    return chain_evidence(rows, tokens, sampling).sensitivities
 
 
 def _sensitivity(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> float:

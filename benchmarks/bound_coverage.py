@@ -1,0 +1,125 @@
+"""The pooled temperature bound: how often its ``1 - 2 alpha`` interval holds the true ``λ - 1``,
+and how wide it is, from the tokens' likelihood scores and from the PIT's normal scores.
+
+Each simulated run is ``--prompts`` prompts x ``--seeds`` samples x ``--tokens`` tokens: every
+prompt a random first-order chain over ``--vocab`` tokens (logits N(0, ``--scale``)), sampled
+through equiv's own chain at ``--temp`` (top-k 40, top-p 0.95, min-p 0.05 unless given) and
+then tempered by ``--power`` (the true λ: 1 for a correct sampler). The bound is the one-sample
+design's (`equiv.verdicts.sampling.pooled`, in process), at the pooled level ``--alpha``:
+
+    python benchmarks/bound_coverage.py --runs 200 --temp 0.2 --power 1.0
+    python benchmarks/bound_coverage.py --runs 200 --temp 0.2 --power 1.1
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import numpy as np
+from scipy import stats as sps
+
+from equiv.config import SamplingConfig
+from equiv.engines.chain import chain_distribution
+from equiv.verdicts.sampling.pooled import pool
+from equiv.verdicts.sampling.pooled_bounds import Bound, Effect
+from equiv.verdicts.sampling.samples import PathSample, Sample
+from equiv.verdicts.sampling.token_evidence import chain_evidence
+
+
+def _path(
+    rng: np.random.Generator, logits: np.ndarray, n: int, sampling: SamplingConfig, power: float
+) -> PathSample:
+    tokens: list[int] = []
+    rows, prev = [], 0
+    for _ in range(n):
+        ids, probs = chain_distribution(logits[prev], tokens, sampling)
+        tempered = np.power(probs, power)
+        token = int(ids[rng.choice(ids.size, p=tempered / tempered.sum())])
+        tokens.append(token)
+        rows.append(logits[prev])
+        prev = token
+    ev = chain_evidence(np.asarray(rows), tokens, sampling)
+    return PathSample(
+        tokens=tuple(tokens),
+        pits={"chain_pit": tuple((a, b, c) for a, b, c in ev.pits)},
+        sensitivities={"chain_sensitivity": tuple(ev.sensitivities)},
+        scores={"chain_score": tuple((s, f) for s, f in ev.scores)},
+    )
+
+
+def _run(index: int, args: argparse.Namespace, sampling: SamplingConfig) -> dict[str, list[Sample]]:
+    out = {}
+    for p in range(args.prompts):
+        rng = np.random.default_rng([index, p, 2027])
+        logits = rng.normal(0.0, args.scale, (args.vocab, args.vocab)).astype(np.float32)
+        key = f"sim/p{p}"
+        out[key] = [
+            Sample(
+                f"{key}::sampling::seed{s}",
+                _path(rng, logits, args.tokens, sampling, 1.0),
+                _path(rng, logits, args.tokens, sampling, args.power),
+            )
+            for s in range(args.seeds)
+        ]
+    return out
+
+
+def _temperature(run: dict[str, list[Sample]], alpha: float) -> Bound:
+    pooled = pool(run, alpha=alpha, has_logits=True)
+    return next(b for b in pooled.bounds if b.effect is Effect.TEMPERATURE)
+
+
+def _bare(run: dict[str, list[Sample]]) -> dict[str, list[Sample]]:
+    def strip(path: PathSample) -> PathSample:
+        return dataclasses.replace(path, scores={})
+
+    return {
+        k: [dataclasses.replace(s, baseline=strip(s.baseline), speculative=strip(s.speculative))
+            for s in v]
+        for k, v in run.items()
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--seeds", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=24)
+    parser.add_argument("--vocab", type=int, default=32)
+    parser.add_argument("--scale", type=float, default=2.5)
+    parser.add_argument("--temp", type=float, default=0.2)
+    parser.add_argument("--min-p", type=float, default=0.05)
+    parser.add_argument("--power", type=float, default=1.0, help="the true λ")
+    parser.add_argument("--alpha", type=float, default=0.005)
+    args = parser.parse_args()
+    sampling = SamplingConfig(temp=args.temp, min_p=args.min_p)
+    truth = args.power - 1.0
+    started = time.perf_counter()
+    hits = {"scores": 0, "normal": 0}
+    width: dict[str, list[float]] = {"scores": [], "normal": []}
+    for i in range(args.runs):
+        run = _run(i, args, sampling)
+        for name, bound in (("scores", _temperature(run, args.alpha)),
+                            ("normal", _temperature(_bare(run), args.alpha))):  # fmt: skip
+            hits[name] += bound.low <= truth <= bound.high
+            width[name].append((bound.high - bound.low) / 2)
+    n = args.runs
+    print(
+        f"{n} runs of {args.prompts} prompts x {args.seeds} seeds x {args.tokens} tokens, temp "
+        f"{args.temp}, min-p {args.min_p}, true λ {args.power}; the {1 - 2 * args.alpha:.0%} "
+        f"interval (alpha {args.alpha}) ({time.perf_counter() - started:.0f} s):"
+    )
+    for name in hits:
+        misses = n - hits[name]
+        upper = float(sps.beta.ppf(0.95, misses + 1, n - misses)) if misses < n else 1.0
+        print(
+            f"- {name}: misses {misses}/{n} (one-sided 95 % bound {upper:.3f}, allowed "
+            f"{2 * args.alpha:.3f}); half-width {np.mean(width[name]):.4f} on average"
+        )
+
+
+if __name__ == "__main__":
+    main()
