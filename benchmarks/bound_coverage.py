@@ -1,5 +1,8 @@
 """The pooled temperature bound: how often its ``1 - 2 alpha`` interval holds the true ``λ - 1``,
-and how wide it is, from the tokens' likelihood scores and from the PIT's normal scores.
+and how wide it is: equiv's (the PIT's normal scores, `equiv.verdicts.sampling.pooled`), and
+the one the tokens' likelihood scores would give (``Σ s / Σ F`` over the recorded
+``chain_score``, the same cluster-robust t interval), which carries all of the tempered family's
+information but not, at low temperature, its level.
 
 Each simulated run is ``--prompts`` prompts x ``--seeds`` samples x ``--tokens`` tokens: every
 prompt a random first-order chain over ``--vocab`` tokens (logits N(0, ``--scale``)), sampled
@@ -14,7 +17,6 @@ design's (`equiv.verdicts.sampling.pooled`, in process), at the pooled level ``-
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 
 import numpy as np
@@ -22,6 +24,7 @@ from scipy import stats as sps
 
 from equiv.config import SamplingConfig
 from equiv.engines.chain import chain_distribution
+from equiv.verdicts.sampling.placebo import cluster_ratio
 from equiv.verdicts.sampling.pooled import pool
 from equiv.verdicts.sampling.pooled_bounds import Bound, Effect
 from equiv.verdicts.sampling.samples import PathSample, Sample
@@ -67,19 +70,24 @@ def _run(index: int, args: argparse.Namespace, sampling: SamplingConfig) -> dict
 
 
 def _temperature(run: dict[str, list[Sample]], alpha: float) -> Bound:
+    """equiv's own bound (one sample, in process)."""
     pooled = pool(run, alpha=alpha, has_logits=True)
     return next(b for b in pooled.bounds if b.effect is Effect.TEMPERATURE)
 
 
-def _bare(run: dict[str, list[Sample]]) -> dict[str, list[Sample]]:
-    def strip(path: PathSample) -> PathSample:
-        return dataclasses.replace(path, scores={})
-
-    return {
-        k: [dataclasses.replace(s, baseline=strip(s.baseline), speculative=strip(s.speculative))
-            for s in v]
-        for k, v in run.items()
-    }  # fmt: skip
+def _by_scores(run: dict[str, list[Sample]], alpha: float) -> tuple[float, float]:
+    """The interval of ``Σ s / Σ F`` over the speculative samples' likelihood scores, samples
+    as clusters (Student's t, as equiv's)."""
+    s, f, ids = [], [], []
+    for samples in run.values():
+        for sample in samples:
+            for score, info in sample.speculative.scores["chain_score"]:
+                s.append(score)
+                f.append(info)
+                ids.append(sample.key)
+    theta, var, m = cluster_ratio(s, f, ids)
+    half = float(sps.t.isf(alpha, max(m - 1, 1))) * var**0.5
+    return theta - half, theta + half
 
 
 def main() -> None:
@@ -98,14 +106,15 @@ def main() -> None:
     sampling = SamplingConfig(temp=args.temp, min_p=args.min_p)
     truth = args.power - 1.0
     started = time.perf_counter()
-    hits = {"scores": 0, "normal": 0}
-    width: dict[str, list[float]] = {"scores": [], "normal": []}
+    hits = {"normal": 0, "scores": 0}
+    width: dict[str, list[float]] = {"normal": [], "scores": []}
     for i in range(args.runs):
         run = _run(i, args, sampling)
-        for name, bound in (("scores", _temperature(run, args.alpha)),
-                            ("normal", _temperature(_bare(run), args.alpha))):  # fmt: skip
-            hits[name] += bound.low <= truth <= bound.high
-            width[name].append((bound.high - bound.low) / 2)
+        bound = _temperature(run, args.alpha)
+        for name, (low, high) in (("normal", (bound.low, bound.high)),
+                                  ("scores", _by_scores(run, args.alpha))):  # fmt: skip
+            hits[name] += low <= truth <= high
+            width[name].append((high - low) / 2)
     n = args.runs
     print(
         f"{n} runs of {args.prompts} prompts x {args.seeds} seeds x {args.tokens} tokens, temp "

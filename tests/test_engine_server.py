@@ -923,7 +923,7 @@ def test_a_sample_whose_grammar_fails_on_the_server_alone_is_asked_one_position_
     failed = {"error": {"code": 500, "message": "Unexpected empty grammar stack after accepting"}}
 
     def grammar_fails_once(body: Any) -> Reply:
-        if body.get("grammar") == "root ::= <[4]> <[5]>":
+        if body.get("grammar", "").startswith("root ::= <[4]>"):  # at its first token
             return _json(failed, 500)
         return _scored(body)
 
@@ -932,12 +932,54 @@ def test_a_sample_whose_grammar_fails_on_the_server_alone_is_asked_one_position_
     assert (np.isfinite(rows).sum(axis=1) >= 2).all()
     engine.rescore([1, 9], [7, 6], batched=False)
     bodies = [body for path, body in fake.calls if path == "/completion"]
-    assert ["grammar" in b for b in bodies][:4] == [True, False, False, True]  # forced again
-    assert [b["prompt"] for b in bodies[1:3]] == [[1, 9], [1, 9, 4]]
+    grammars = [b.get("grammar") for b in bodies]
+    # forced, forced with the last token left free, then a position at a time; forced again
+    assert grammars[:5] == ["root ::= <[4]> <[5]>", "root ::= <[4]>", None, None, grammars[4]]
+    assert grammars[4] == "root ::= <[7]> <[6]>"
+    assert [b["prompt"] for b in bodies[2:4]] == [[1, 9], [1, 9, 4]]
     fake.calls.clear()
     fake.script["/completion"] = [_json({"error": {"code": 500, "message": "out of memory"}}, 500)]
     with pytest.raises(EngineError, match="out of memory"):
         engine.rescore([1, 9], [8, 3], batched=False)
+
+
+def test_a_sample_that_ends_on_end_of_generation_is_forced_with_its_last_token_left_free(
+    tiny_config, fake
+):
+    """llama.cpp's grammar sampler never matches an end-of-generation token: it allows one
+    only once the grammar is complete (`llama_grammar_apply_impl`), so a sample ending on
+    <eos> fails its grammar with HTTP 500 at the last step. Forced without that token, the
+    server emits it itself, with the raw row: every row comes from one decoding of the sample,
+    and later samples ending on it are forced that way at once."""
+    engine = _engine(tiny_config, fake.url)
+    eos = 1
+    failed = {"error": {"code": 500, "message": "Unexpected empty grammar stack after accepting"}}
+
+    def llama_server(body: Any) -> Reply:
+        forced = [int(t) for t in re.findall(r"<\[(\d+)\]>", body.get("grammar", ""))]
+        if eos in forced:
+            return _json(failed, 500)
+        if "grammar" in body and body["n_predict"] > len(forced):  # the grammar is complete
+            status, ctype, raw = _scored(body)
+            answer = json.loads(raw)
+            eog = _completion([*forced, eos])
+            answer["tokens"], answer["completion_probabilities"] = (
+                eog["tokens"], eog["completion_probabilities"],
+            )  # fmt: skip
+            return status, ctype, json.dumps(answer).encode()
+        return _scored(body)
+
+    fake.script["/completion"] = [llama_server]
+    rows = engine.rescore([1, 9], [4, 5, eos], batched=False)
+    assert (np.isfinite(rows).sum(axis=1) >= 2).all()
+    assert engine.take_rescore_cost().rows_off_path == 0
+    engine.rescore([1, 9], [7, eos], batched=False)
+    grammars = [b.get("grammar") for path, b in fake.calls if path == "/completion"]
+    assert grammars == [
+        "root ::= <[4]> <[5]> <[1]>",  # fails at <eos>
+        "root ::= <[4]> <[5]>",
+        "root ::= <[7]>",  # learned: no failed request first
+    ]
 
 
 def test_a_scoring_answer_without_a_row_is_asked_again_with_its_token_banned(tiny_config, fake):

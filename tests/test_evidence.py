@@ -88,8 +88,9 @@ def test_sample_evidence_scores_both_paths_and_stops_at_a_failed_rescoring():
     sampled = Evidence(Plain(), Plain("speculative"), CONFIG).of_samples([1], base, spec)
     assert list(sampled.paths) == ["baseline", "speculative"]
     for path, gen in (("baseline", base), ("speculative", spec)):
-        assert list(sampled.paths[path]) == ["target_pit", "target_sensitivity"]
+        assert list(sampled.paths[path]) == ["target_pit", "target_sensitivity", "target_score"]
         assert len(sampled.paths[path]["target_pit"]) == gen.n_tokens
+        assert len(sampled.paths[path]["target_score"]) == gen.n_tokens
     assert sampled.drift is None  # the speculative path reported no rows
     failed = Evidence(Plain(fail=True), Plain("speculative"), CONFIG).of_samples([1], base, spec)
     assert failed.paths == {"speculative": {"rescore_error": "the server timed out"}}

@@ -16,7 +16,7 @@ from equiv.config import SamplingConfig
 from equiv.engines.chain import chain_distribution
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.samples import Sample
-from equiv.verdicts.sampling.token_evidence import chain_pit, chain_sensitivity
+from equiv.verdicts.sampling.token_evidence import chain_evidence, chain_pit, chain_sensitivity
 from equiv.verdicts.stats import randomized_pit, temperature_test
 
 ALPHA = 0.01
@@ -186,6 +186,27 @@ def test_sensitivity_is_zero_outside_the_support_and_where_one_token_is_left():
     assert chain_sensitivity(lone[None, :], [0], WARM) == [0.0]
     (k,) = chain_sensitivity(row[None, :], [0], WARM)
     assert k < 0  # a colder draw ranks earlier
+
+
+def test_the_likelihood_score_has_mean_zero_and_its_recorded_variance_under_the_chain():
+    """Over every token the chain could emit at a position, weighted by its probability, the
+    score ``log p(x) - E log p`` averages 0 and its square averages the recorded ``F``; outside
+    the support, or where one token is left, both are 0."""
+    rng = np.random.default_rng(11)
+    row = (rng.standard_normal(50) * 2.0).astype(np.float32)
+    ids, probs = chain_distribution(row, [], COOL)
+    support = ids[probs > 0]
+    assert support.size >= 2
+    scores = [chain_evidence(row[None, :], [int(x)], COOL).scores[0] for x in support]
+    p = probs[probs > 0]
+    s = np.array([x[0] for x in scores])
+    assert abs(float(p @ s)) < 1e-6
+    assert float(p @ s**2) == pytest.approx(scores[0][1], rel=1e-6)
+    assert all(x[1] == scores[0][1] for x in scores)  # F is the position's, not the token's
+    outside = int(np.setdiff1d(np.arange(50), support)[0])
+    assert chain_evidence(row[None, :], [outside], COOL).scores == [[0.0, 0.0]]
+    lone = np.array([10.0, -50.0, -60.0], dtype=np.float32)
+    assert chain_evidence(lone[None, :], [0], WARM).scores == [[0.0, 0.0]]
 
 
 def _record(rng, seed, colder_speculative):

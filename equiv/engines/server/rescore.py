@@ -103,6 +103,9 @@ class LlamaRescorer:
         self._lock = threading.Lock()
         self.total = RescoreCost()
         self.forced = True  # single-token rows by forced decoding (off: the server refused it)
+        # tokens a forced sample cannot end on in the grammar (end-of-generation tokens: the
+        # grammar never matches them), learned as the run meets them
+        self._free_last: set[int] = set()
         # the single-token rows asked so far, by their prefix (prompt + tokens before)
         self._rows: OrderedDict[bytes, Row] = OrderedDict()
 
@@ -162,14 +165,19 @@ class LlamaRescorer:
             self._add(RescoreCost(rows=len(keys), rows_reused=len(keys)))
             return [row for row in known if row is not None]
         try:
-            got = self._force(prompt, tokens)
+            got = self._force(prompt, tokens, free_last=tokens[-1] in self._free_last)
         except HttpStatusError as exc:  # a server without token grammars: one row a request
             if exc.status >= 500 and GRAMMAR_FAILED not in str(exc):
                 raise
-            # 4xx: no token grammars at all; 5xx naming the grammar: llama-server sampled a
-            # token outside it for this sample (seen: <pad>, ID 0), so this sample alone
-            self.forced = self.forced and exc.status >= 500
-            return [self._single(prompt + tokens[:i], cached=i > 0) for i in range(len(tokens))]
+            # 4xx: no token grammars at all; 5xx naming the grammar: the sample's last token
+            # is one the grammar cannot match (an end-of-generation token), or llama-server
+            # sampled a token outside it (seen: <pad>, ID 0): forced again with the last
+            # token left to the server, then this sample alone a position at a time
+            again = self._force_free_last(prompt, tokens) if exc.status >= 500 else None
+            if again is None:
+                self.forced = self.forced and exc.status >= 500
+                return [self._single(prompt + tokens[:i], cached=i > 0) for i in range(len(tokens))]
+            got = again
         rows = []
         for i, key in enumerate(keys):
             row = got[i] if i < len(got) else None
@@ -179,16 +187,35 @@ class LlamaRescorer:
             rows.append(row)
         return rows
 
-    def _force(self, prefix: list[int], rest: list[int]) -> list[Row | None]:
+    def _force_free_last(self, prefix: list[int], rest: list[int]) -> list[Row | None] | None:
+        """`_force` with the grammar ending before ``rest``'s last token: a sample that ends on
+        an end-of-generation token (which llama.cpp's grammar sampler never matches: it allows
+        one only once the grammar is complete, `llama_grammar_apply_impl`). The last row is the
+        raw row after the forced tokens whichever token the server then emits. None where this
+        fails on the grammar too; a token it worked for is remembered."""
+        try:
+            got = self._force(prefix, rest, free_last=True)
+        except HttpStatusError as exc:
+            if exc.status >= 500 and GRAMMAR_FAILED in str(exc):
+                return None
+            raise
+        with self._lock:
+            self._free_last.add(rest[-1])
+        return got
+
+    def _force(self, prefix: list[int], rest: list[int], *, free_last: bool) -> list[Row | None]:
         """Rows of ``rest`` after ``prefix``, decoded one token at a time as generation does
         (``prefix`` evaluated cold, each next token on its own): llama-server made to emit
         exactly ``rest`` by a grammar of token IDs, at temp 0; ``n_probs`` reads the raw rows, which
-        a grammar (a sampler) does not touch. Entries stop where the answer stops following
-        ``rest``; a token without a row (a byte piece, `rows_of_tokens`) has None."""
+        a grammar (a sampler) does not touch. ``free_last``: the grammar stops before the last
+        token (`_force_free_last`). Entries stop where the answer stops following ``rest``; a
+        token without a row (a byte piece, `rows_of_tokens`) has None."""
         url = f"{self.client.base_url}/completion"
         body = scoring_body(prefix, n_probs=self.n_probs, cached=False)
         body["n_predict"] = len(rest)
-        body["grammar"] = "root ::= " + " ".join(f"<[{t}]>" for t in rest)
+        forced = rest[:-1] if free_last else rest
+        if forced:
+            body["grammar"] = "root ::= " + " ".join(f"<[{t}]>" for t in forced)
         started = time.perf_counter()
         answer = self.client.post("/completion", body)
         wall = time.perf_counter() - started

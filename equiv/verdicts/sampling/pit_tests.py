@@ -49,7 +49,6 @@ __all__ = [
     "pit_seed",
     "pit_values",
     "renamed",
-    "scores_of",
     "stage_tests",
     "tokens_of",
     "vs_placebo",
@@ -209,18 +208,6 @@ def tokens_of(
         paired = (zip(s.pits.get(key, ()), s.sensitivities[sens_key], strict=True) for s in samples)
         sens = np.asarray([k for pairs in paired for _, k in pairs], dtype=np.float64)
     return np.asarray(pits, dtype=np.float64).reshape(-1, 3), ids, sens
-
-
-def scores_of(records: Sequence[Sample], path: str, key: str) -> npt.NDArray[np.float64] | None:
-    """One path's likelihood scores ``[s, F]`` beside its PIT entries under ``key`` (``chain_pit``
-    -> ``chain_score``), as an (n, 2) array in `tokens_of`'s order; None where a record lacks
-    them (written before equiv recorded them) or holds another number of them."""
-    score_key = key.replace("_pit", "_score")
-    samples = [r.path(path) for r in records]
-    if any(len(s.scores.get(score_key, ())) != len(s.pits.get(key, ())) for s in samples):
-        return None
-    rows = [pair for s in samples for pair in s.scores.get(score_key, ())]
-    return np.asarray(rows, dtype=np.float64).reshape(-1, 2)
 
 
 def batched_vs_placebo(
