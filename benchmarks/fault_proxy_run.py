@@ -59,8 +59,9 @@ def main() -> None:
                 speculative.url, fault=fault, rate=args.rate, temp=args.proxy_temp
             ) as proxy:
                 command = [
-                    sys.executable, "-m", "equiv", "run", "--baseline-url", baseline.url,
-                    "--speculative-url", proxy.url, "--out", str(out), "-q", *passed,
+                    sys.executable, "-m", "equiv", "run", "--engine", "server",
+                    "--baseline-url", baseline.url, "--speculative-url", proxy.url,
+                    "--out", str(out), "-q", *passed,
                 ]  # fmt: skip
                 print("$", " ".join(command[2:]), flush=True)
                 started = time.perf_counter()
