@@ -26,19 +26,19 @@ text = st.text(max_size=20)
 counts = st.integers(min_value=0, max_value=10**9)
 maybe = st.none
 
-scored = st.builds(
-    ScoredTest,
+result = st.builds(
+    TestResult,
     name=text,
     statistic=finite,
     p_value=finite,
-    p_adjusted=finite,
+    alpha=finite,
     n=counts,
-    detail=text,
-    alpha=maybe() | finite,
     df=maybe() | counts,
     power=maybe() | finite,
     effect=maybe() | finite,
+    detail=text,
 )
+scored = st.builds(ScoredTest.of, result, finite)
 bound = st.builds(Bound, st.sampled_from(Effect), finite, finite, finite, finite)
 stopping = st.builds(Stopping, counts, counts, counts, counts, finite, st.booleans())
 rounded6 = finite.map(lambda x: round(x, 6))
@@ -63,18 +63,6 @@ pooled = st.builds(
     instrument=st.lists(scored, max_size=2).map(tuple),
 )
 
-result = st.builds(
-    TestResult,
-    name=text,
-    statistic=finite,
-    p_value=finite,
-    alpha=finite,
-    n=counts,
-    df=maybe() | counts,
-    power=maybe() | finite,
-    effect=maybe() | finite,
-    detail=text,
-)
 cost = st.builds(RescoreCost, counts, counts, counts, counts, rounded6, rounded6, counts, counts)
 
 RECORDS = {
