@@ -980,6 +980,22 @@ def test_a_sample_that_ends_on_end_of_generation_is_forced_with_its_last_token_l
         "root ::= <[4]> <[5]>",
         "root ::= <[7]>",  # learned: no failed request first
     ]
+    # a learned sample whose grammar fails anyway is not asked the same way twice
+    fake.calls.clear()
+    failed_at_3 = {"error": {"code": 500, "message": "empty grammar stack after accepting <pad>"}}
+
+    def fails_on_3(body: Any) -> Reply:
+        if "<[3]>" in body.get("grammar", ""):
+            return _json(failed_at_3, 500)
+        return _scored(body)
+
+    fake.script["/completion"] = [fails_on_3]
+    rows = engine.rescore([1, 9], [3, eos], batched=False)
+    assert (np.isfinite(rows).sum(axis=1) >= 2).all()
+    grammars = [b.get("grammar") for path, b in fake.calls if path == "/completion"]
+    # one forced request, then a position at a time (the row after [1, 9] is known already)
+    assert grammars == ["root ::= <[3]>", None]
+    assert [b["prompt"] for path, b in fake.calls if path == "/completion"][1] == [1, 9, 3]
 
 
 def test_a_scoring_answer_without_a_row_is_asked_again_with_its_token_banned(tiny_config, fake):

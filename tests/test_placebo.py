@@ -20,7 +20,7 @@ from equiv.verdicts.sampling.placebo import (
     temperature_vs_placebo,
     top_token_vs_placebo,
 )
-from equiv.verdicts.sampling.token_evidence import _pit, _sensitivity
+from equiv.verdicts.sampling.token_evidence import _pit, _tempering
 from equiv.verdicts.stats import randomized_pit, top_token_test
 
 ALPHA = 0.01
@@ -73,7 +73,7 @@ def test_the_vectorized_scoring_here_is_the_one_runs_use():
     pits, sens = _scored(q, tokens)
     for row, token, pit, k in zip(q, tokens, pits, sens, strict=True):
         assert pit == pytest.approx(_pit(IDS, row, int(token)), abs=1e-8)
-        assert k == pytest.approx(_sensitivity(IDS, row, int(token)), abs=1e-8)
+        assert k == pytest.approx(_tempering(IDS, row, int(token))[0], abs=1e-8)
 
 
 def _tests(rng, spec, base):

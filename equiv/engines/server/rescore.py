@@ -164,20 +164,22 @@ class LlamaRescorer:
         if all(row is not None for row in known):
             self._add(RescoreCost(rows=len(keys), rows_reused=len(keys)))
             return [row for row in known if row is not None]
+        free_last = tokens[-1] in self._free_last
+        got: list[Row | None] | None
         try:
-            got = self._force(prompt, tokens, free_last=tokens[-1] in self._free_last)
+            got = self._force(prompt, tokens, free_last=free_last)
         except HttpStatusError as exc:  # a server without token grammars: one row a request
             if exc.status >= 500 and GRAMMAR_FAILED not in str(exc):
                 raise
             # 4xx: no token grammars at all; 5xx naming the grammar: the sample's last token
             # is one the grammar cannot match (an end-of-generation token), or llama-server
             # sampled a token outside it (seen: <pad>, ID 0): forced again with the last
-            # token left to the server, then this sample alone a position at a time
-            again = self._force_free_last(prompt, tokens) if exc.status >= 500 else None
-            if again is None:
+            # token left to the server (unless it was), then this sample a position at a time
+            retry = exc.status >= 500 and not free_last
+            got = self._force_free_last(prompt, tokens) if retry else None
+            if got is None:
                 self.forced = self.forced and exc.status >= 500
                 return [self._single(prompt + tokens[:i], cached=i > 0) for i in range(len(tokens))]
-            got = again
         rows = []
         for i, key in enumerate(keys):
             row = got[i] if i < len(got) else None

@@ -44,11 +44,6 @@ __all__ = [
 ]
 
 
-def _opt_float(data: JSONObject, key: str) -> float | None:
-    value = data.get(key)
-    return None if value is None else json_float(value)
-
-
 @dataclass(frozen=True)
 class ScoredTest:
     """A `TestResult` with its Holm-adjusted p-value among the tests of its family."""

@@ -5,8 +5,9 @@ re-scored rows): what a result record holds beside its generation at temperature
   before it, its probability, and the top token's probability: enough for the randomized PIT of
   the one-sample *sampler consistency* test (`equiv.verdicts.sampling.pit_tests`);
 - `chain_sensitivity`: each position's sensitivity to the temperature, for the temperature test;
-- `chain_score`: each position's likelihood score for the temperature and its variance, for
-  the pooled bound on the temperature (`equiv.verdicts.sampling.pooled`);
+- `chain_score`: each position's likelihood score for the temperature and its variance (the
+  efficient statistic of the tempered family: recorded, not yet used by a verdict, whose
+  interval at low temperature lacks the level, benchmarks/bound_coverage.py);
 - `judgement_evidence`: each stage of a rejection sampler, for engines that report judgements;
 - `top_k_rows`: rows rebuilt from a server's top-K log-probabilities where they hold the chain's
   whole support.
@@ -108,23 +109,10 @@ def chain_evidence(
     for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
         ids, probs = chain_distribution(row, tokens[:i], sampling)
         out.pits.append(_pit(ids, probs, int(token)))
-        out.sensitivities.append(_sensitivity(ids, probs, int(token)))
-        out.scores.append(_score(ids, probs, int(token)))
+        sensitivity, score = _tempering(ids, probs, int(token))
+        out.sensitivities.append(sensitivity)
+        out.scores.append(score)
     return out
-
-
-def _score(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
-    """``[s, F]`` of one position (`TokenEvidence.scores`); ``[0, 0]`` where the chain leaves
-    one token or the token lies outside its support (the support test counts that)."""
-    keep = probs > 0
-    ids, probs = ids[keep], probs[keep]
-    where = int(np.searchsorted(ids, token))
-    if ids.size < 2 or where >= ids.size or ids[where] != token:
-        return [0.0, 0.0]
-    logp = np.log(probs)
-    centred = logp - float(np.dot(probs, logp))
-    info = float(np.dot(probs, centred * centred))
-    return [round(float(centred[where]), 9), round(info, 9)]
 
 
 def _phi_of_quantile(x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
@@ -148,13 +136,17 @@ def chain_sensitivity(
     return chain_evidence(rows, tokens, sampling).sensitivities
 
 
-def _sensitivity(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> float:
-    """`chain_sensitivity` of one position, from the chain's candidates and probabilities."""
+def _tempering(
+    ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int
+) -> tuple[float, list[float]]:
+    """One position's `chain_sensitivity` and ``[s, F]`` (`TokenEvidence.scores`), from the
+    chain's candidates and probabilities; ``0`` and ``[0, 0]`` where the chain leaves one token
+    or the token lies outside its support (the PIT and the support test count that)."""
     keep = probs > 0
     ids, probs = ids[keep], probs[keep]
     where = int(np.searchsorted(ids, token))
     if ids.size < 2 or where >= ids.size or ids[where] != token:
-        return 0.0
+        return 0.0, [0.0, 0.0]
     order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
     p = probs[order]
     upper = np.clip(np.cumsum(p), 0.0, 1.0)
@@ -162,7 +154,9 @@ def _sensitivity(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], toke
     density = _phi_of_quantile(lower) - _phi_of_quantile(upper)
     logp = np.log(p)
     centred = logp - float(np.dot(p, logp))
-    return round(float(np.dot(centred, density)), 9)  # Σ p · centred · E[Z | x]
+    k = float(np.dot(centred, density))  # Σ p · centred · E[Z | x]
+    s = float(centred[int(np.flatnonzero(order == where)[0])])
+    return round(k, 9), [round(s, 9), round(float(np.dot(p, centred * centred)), 9)]
 
 
 def top_k_rows(
