@@ -191,6 +191,42 @@ def test_the_pooled_bounds_are_in_units_a_user_reads_and_say_what_would_decide()
     assert one_sample.seeds_factor() is None  # no interval from one sample a path
 
 
+def _without_top_derivatives(run):
+    """The run as files written before equiv recorded ``t`` hold it: scores of two entries."""
+
+    def strip(path):
+        scores = {k: tuple(score[:2] for score in v) for k, v in path.scores.items()}
+        return dataclasses.replace(path, scores=scores)
+
+    return {
+        key: [
+            dataclasses.replace(s, baseline=strip(s.baseline), speculative=strip(s.speculative))
+            for s in samples
+        ]
+        for key, samples in run.items()
+    }
+
+
+def test_the_temperature_bound_weighs_the_top_token_where_the_records_allow():
+    """At temperature 0.2 most of the information on λ sits in whether the top token was
+    drawn: with its derivative recorded the interval is much narrower than from the normal
+    scores alone, which files written before it still get."""
+    global SAMPLING
+    saved, SAMPLING = SAMPLING, SamplingConfig(temp=0.2)
+    try:
+        run = simulate(6, 16, tokens=24)
+    finally:
+        SAMPLING = saved
+
+    def width(r):
+        pooled = pool(r, alpha=ALPHA, has_logits=True)
+        bound = next(b for b in pooled.bounds if b.effect is Effect.TEMPERATURE)
+        assert bound.low < 0 < bound.high
+        return bound.high - bound.low
+
+    assert width(run) < 0.75 * width(_without_top_derivatives(run))
+
+
 def test_support_violations_are_an_exact_test_of_the_two_paths_counts():
     assert support_vs_placebo((0, 4000), (0, 4000), alpha=ALPHA).p_value == 1.0
     five = support_vs_placebo((5, 4000), (0, 4000), alpha=ALPHA)

@@ -14,6 +14,7 @@ import pytest
 
 from equiv.config import SamplingConfig
 from equiv.engines.chain import chain_distribution
+from equiv.verdicts.sampling.placebo import quasi_tempering, tempering
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.token_evidence import chain_evidence, chain_pit, chain_sensitivity
@@ -204,9 +205,73 @@ def test_the_likelihood_score_has_mean_zero_and_its_recorded_variance_under_the_
     assert float(p @ s**2) == pytest.approx(scores[0][1], rel=1e-6)
     assert all(x[1] == scores[0][1] for x in scores)  # F is the position's, not the token's
     outside = int(np.setdiff1d(np.arange(50), support)[0])
-    assert chain_evidence(row[None, :], [outside], COOL).scores == [[0.0, 0.0]]
+    assert chain_evidence(row[None, :], [outside], COOL).scores == [[0.0, 0.0, 0.0]]
     lone = np.array([10.0, -50.0, -60.0], dtype=np.float32)
-    assert chain_evidence(lone[None, :], [0], WARM).scores == [[0.0, 0.0]]
+    assert chain_evidence(lone[None, :], [0], WARM).scores == [[0.0, 0.0, 0.0]]
+
+
+def test_the_top_tokens_derivative_is_that_of_its_probability_under_tempering():
+    """t = d/dλ p_λ(top) for p_λ ∝ p**λ at λ = 1, checked by a central difference; the same
+    whichever token was drawn."""
+    row = np.array([0.0, -0.3, -0.9, -1.7, -2.2, -9.0], dtype=np.float32)
+    _, p = chain_distribution(row, [], WARM)
+    p = p[p > 0]
+
+    def top(lam):
+        q = p**lam
+        return float(q.max() / q.sum())
+
+    h = 1e-5
+    numeric = (top(1 + h) - top(1 - h)) / (2 * h)
+    t = [chain_evidence(row[None, :], [x], WARM).scores[0][2] for x in range(p.size)]
+    assert t[0] == pytest.approx(numeric, abs=1e-6)
+    assert t[0] > 0.05  # colder puts more on the top token
+    assert len(set(t)) == 1
+
+
+def _quasi(rng, n, lam, *, peaked, seeds=40):
+    """λ - 1 from `quasi_tempering` over ``seeds`` samples of ``n`` tokens each, drawn from
+    the chain at COOL tempered by ``lam``."""
+    pits, sens, tops, ids = [], [], [], []
+    for seed in range(seeds):
+        rows = _rows(rng, n, peaked=peaked)
+        tokens = []
+        for row in rows:
+            ids_, p = chain_distribution(row, [], COOL)
+            ids_, p = ids_[p > 0], p[p > 0]
+            q = p**lam
+            tokens.append(int(ids_[rng.choice(ids_.size, p=q / q.sum())]))
+        ev = chain_evidence(rows, tokens, COOL)
+        pits += ev.pits
+        sens += ev.sensitivities
+        tops += [score[2] for score in ev.scores]
+        ids += [seed] * n
+    arr = np.asarray(pits)
+    u = randomized_pit(arr[:, 0], arr[:, 1], rng)
+    return quasi_tempering(u, sens, arr[:, 2], tops, ids), tempering(u, sens, ids)
+
+
+def test_the_combined_estimate_finds_the_temperature_with_less_variance():
+    """Under the rows the top token's indicator and the normal score together estimate
+    λ - 1 = 0 (within 3 standard errors), with a smaller variance than the normal scores
+    alone; a sampler 1.5x colder gives an estimate far above 0 (the estimate is local to
+    λ = 1: first order in λ - 1, it falls short of 0.5 there)."""
+    rng = np.random.default_rng(23)
+    (theta, var, m), (_, var_z, _, _) = _quasi(rng, 40, 1.0, peaked=True)
+    assert m == 40
+    assert abs(theta) < 3 * var**0.5, (theta, var)
+    assert var < 0.8 * var_z
+    (colder, var_c, _), _ = _quasi(rng, 40, 1.5, peaked=True)
+    assert colder > 5 * var_c**0.5, (colder, var_c)
+
+
+def test_the_combined_estimate_rejects_arrays_of_other_shapes_and_leaves_certain_tops_out():
+    with pytest.raises(ValueError, match="shapes differ"):
+        quasi_tempering([0.5, 0.5], [-0.1], [0.9, 0.9], [0.1, 0.1], [0, 1])
+    # a position whose top token is certain carries nothing: no information, no estimate
+    theta, var, m = quasi_tempering([0.3, 0.7], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0], [0, 1])
+    assert (theta, m) == (0.0, 2)
+    assert var == float("inf")
 
 
 def _record(rng, seed, colder_speculative):

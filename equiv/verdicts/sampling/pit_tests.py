@@ -51,6 +51,7 @@ __all__ = [
     "renamed",
     "stage_tests",
     "tokens_of",
+    "top_derivatives",
     "vs_placebo",
 ]
 
@@ -208,6 +209,25 @@ def tokens_of(
         paired = (zip(s.pits.get(key, ()), s.sensitivities[sens_key], strict=True) for s in samples)
         sens = np.asarray([k for pairs in paired for _, k in pairs], dtype=np.float64)
     return np.asarray(pits, dtype=np.float64).reshape(-1, 3), ids, sens
+
+
+def top_derivatives(
+    records: Sequence[Sample], path: str, key: str
+) -> npt.NDArray[np.float64] | None:
+    """One path's ``t`` per token under ``key`` (the third entry of its ``_score``: the top
+    token's probability's derivative in λ), in `tokens_of`'s order; None where a record lacks
+    it (written before equiv recorded it)."""
+    score_key = key.replace("_pit", "_score")
+    samples = [r.path(path) for r in records]
+    tops: list[float] = []
+    for s in samples:
+        scores = s.scores.get(score_key)
+        if scores is None or len(scores) != len(s.pits.get(key, ())):
+            return None
+        if any(len(score) < 3 for score in scores):
+            return None
+        tops.extend(score[2] for score in scores)
+    return np.asarray(tops, dtype=np.float64)
 
 
 def batched_vs_placebo(

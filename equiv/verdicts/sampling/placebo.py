@@ -40,6 +40,7 @@ __all__ = [
     "PathTokens",
     "cluster_ratio",
     "pit_vs_placebo",
+    "quasi_tempering",
     "temperature_vs_placebo",
     "tempering",
     "top_excess",
@@ -96,6 +97,51 @@ def tempering(
         raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
     z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
     return (*cluster_ratio(w * z, w * w, samples), float(np.dot(w, w)))
+
+
+def quasi_tempering(
+    u: npt.ArrayLike,
+    k: npt.ArrayLike,
+    p_top: npt.ArrayLike,
+    t: npt.ArrayLike,
+    samples: npt.ArrayLike,
+) -> tuple[float, float, int]:
+    """``(λ - 1, var, m)`` of the tempered family ``p ** λ`` from two residuals of each token
+    with mean 0 under the rows: the top token's indicator ``1[u < p_top] - p_top`` (its mean
+    moves by ``t = p_top (log p_top - E log p)`` per unit of λ) and the PIT's normal score
+    ``Z`` (moves by the sensitivity ``k``). Their covariance at a position is known from the row
+    alone (``Var = p_top (1 - p_top)``, ``1`` and ``Cov = -φ(Φ⁻¹(p_top))``: the top token holds
+    the PIT's first ``p_top``), so each position combines them with the weights ``Σ⁻¹ (t, k)``
+    (the optimal linear estimating function, Godambe's), and ``λ - 1 = Σ h / Σ J`` with
+    ``J = (t, k) Σ⁻¹ (t, k)``, samples as clusters. Where the top token is (near) certain only
+    the normal score is left.
+
+    The variance is the larger of the sandwich and ``1 / Σ J``, the estimate's variance under
+    the rows themselves: at a low temperature most of the information sits in rare tokens
+    off the top, and a run that happens to draw few of them has a sandwich far too small
+    (its interval then misses the truth several times as often as its level allows,
+    benchmarks/bound_coverage.py)."""
+    x = np.asarray(u, dtype=np.float64).reshape(-1)
+    w = np.minimum(np.asarray(k, dtype=np.float64).reshape(-1), 0.0)
+    p = np.clip(np.asarray(p_top, dtype=np.float64).reshape(-1), 0.0, 1.0)
+    d = np.maximum(np.asarray(t, dtype=np.float64).reshape(-1), 0.0)
+    if not x.shape == w.shape == p.shape == d.shape:
+        raise ValueError(f"shapes differ: u {x.shape}, k {w.shape}, p_top {p.shape}, t {d.shape}")
+    z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
+    top = (x < p).astype(np.float64)
+    v_top = p * (1.0 - p)
+    cov = -sps.norm.pdf(sps.norm.ppf(np.clip(p, 1e-16, 1.0 - 1e-16)))
+    det = v_top - cov * cov
+    both = det > 1e-9
+    safe = np.where(both, det, 1.0)
+    a = np.where(both, (d - cov * w) / safe, 0.0)
+    b = np.where(both, (v_top * w - cov * d) / safe, w)
+    h = a * (top - p) + b * z
+    info = a * d + b * w
+    theta, var, m = cluster_ratio(h, info, samples)
+    total = float(info.sum())
+    floor = 1.0 / total if total > 0 else math.inf
+    return theta, max(var, floor), m
 
 
 def _difference(

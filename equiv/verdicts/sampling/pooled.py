@@ -69,9 +69,10 @@ from equiv.verdicts.sampling.pit_tests import (
     pit_seed,
     pit_values,
     tokens_of,
+    top_derivatives,
     vs_placebo,
 )
-from equiv.verdicts.sampling.placebo import tempering, top_excess
+from equiv.verdicts.sampling.placebo import quasi_tempering, tempering, top_excess
 from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, randomized_pit
@@ -218,14 +219,22 @@ _PathData = dict[
 
 
 def _bounds(
-    records: Sequence[Sample], data: _PathData, alpha: float, *, own_rows: bool
+    records: Sequence[Sample],
+    data: _PathData,
+    tops: Mapping[str, npt.NDArray[np.float64] | None],
+    alpha: float,
+    *,
+    own_rows: bool,
 ) -> tuple[Bound, ...]:
     """The directed statistics with their intervals, samples as clusters: the speculative
     samples' own (one-sample designs: their rows say the expected value, 0) or their difference
-    from the placebo's (`Design.VS_PLACEBO`). The temperature's from the PIT's normal scores:
-    the tokens' likelihood scores (``chain_score``) would carry three times the information at
-    temperature 0.2, but their sum is skewed there (rare tokens, large scores) and its interval
-    missed the true value 3 % of the time where 1 % is allowed (benchmarks/bound_coverage.py)."""
+    from the placebo's (`Design.VS_PLACEBO`). The temperature's from the top token's indicator
+    and the PIT's normal score combined (`equiv.verdicts.sampling.placebo.quasi_tempering`:
+    at temperature 0.2 close to all the information the tokens carry), or from the normal
+    scores alone where the records lack the top token's derivative (``tops``: written before
+    equiv recorded it). The tokens' likelihood scores would carry a little more, but their sum
+    is skewed at a low temperature and its interval misses the true value three times as often
+    as allowed (benchmarks/bound_coverage.py)."""
     seed = pit_seed(records) + 11
     rng = np.random.default_rng(seed)
     bounds = []
@@ -240,12 +249,17 @@ def _bounds(
     diff, low, high = against(top)
     bounds.append(Bound(Effect.TOP_TOKEN, diff, low, high, MARGINS[Effect.TOP_TOKEN]))
     if all(sens is not None for _, _, sens in data.values()):
+        combined = all(t is not None for t in tops.values())
         lam = []
-        for pits, ids, sens in data.values():
+        for path, (pits, ids, sens) in data.items():
             assert sens is not None
             u = randomized_pit(pits[:, 0], pits[:, 1], rng)
-            theta, var, m, _ = tempering(u, sens, ids)
-            lam.append((theta, var, m))
+            t = tops[path]
+            if combined and t is not None:
+                lam.append(quasi_tempering(u, sens, pits[:, 2], t, ids))
+            else:
+                theta, var, m, _ = tempering(u, sens, ids)
+                lam.append((theta, var, m))
         diff, low, high = against(lam)
         bounds.append(Bound(Effect.TEMPERATURE, diff, low, high, MARGINS[Effect.TEMPERATURE]))
     (ps, _, _), (pb, _, _) = data.values()
@@ -320,6 +334,7 @@ def pool(
         ]
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
+    tops = {path: top_derivatives(records, path, key) for path in data}
     tests.append(_support(data, alpha))
     tokens = len(data["speculative"][0])
     return PooledAnalysis(
@@ -329,7 +344,7 @@ def pool(
         tokens=tokens,
         seeds=seeds,
         tests=tuple(adjusted(tests)),
-        bounds=_bounds(records, data, alpha, own_rows=design.one_sample),
+        bounds=_bounds(records, data, tops, alpha, own_rows=design.one_sample),
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
         design=design,

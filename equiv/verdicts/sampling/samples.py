@@ -32,9 +32,10 @@ PitEntry = tuple[float, float, float]
 _PITS = ("chain_pit", "target_pit", "batched_pit", "residual_pit")
 _SENSITIVITIES = tuple(key.replace("_pit", "_sensitivity") for key in _PITS)
 _SCORES = tuple(key.replace("_pit", "_score") for key in _PITS)
-#: ``(s, F)``: a token's likelihood score for the temperature and its variance
-#: (`equiv.verdicts.sampling.token_evidence.TokenEvidence`).
-Score = tuple[float, float]
+#: ``(s, F, t)``: a token's likelihood score for the temperature, its variance and the top
+#: token's derivative (`equiv.verdicts.sampling.token_evidence.TokenEvidence`); ``(s, F)`` in
+#: files written before equiv recorded ``t``.
+Score = tuple[float, ...]
 
 
 def _entries(rows: Sequence[Sequence[float]]) -> tuple[PitEntry, ...]:
@@ -51,8 +52,7 @@ def _read_floats(values: JSONValue) -> tuple[float, ...]:
 
 
 def _read_scores(rows: JSONValue) -> tuple[Score, ...]:
-    pairs = [[json_float(x) for x in json_list(row)] for row in json_list(rows)]
-    return tuple((s, f) for s, f in pairs)
+    return tuple(tuple(json_float(x) for x in json_list(row)) for row in json_list(rows))
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class PathSample:
             },
             scores={
                 **self.scores,
-                f"{key}_score": tuple((float(s), float(f)) for s, f in evidence.scores),
+                f"{key}_score": tuple(tuple(float(x) for x in e) for e in evidence.scores),
             },
         )
 

@@ -5,9 +5,9 @@ re-scored rows): what a result record holds beside its generation at temperature
   before it, its probability, and the top token's probability: enough for the randomized PIT of
   the one-sample *sampler consistency* test (`equiv.verdicts.sampling.pit_tests`);
 - `chain_sensitivity`: each position's sensitivity to the temperature, for the temperature test;
-- `chain_score`: each position's likelihood score for the temperature and its variance (the
-  efficient statistic of the tempered family: recorded, not yet used by a verdict, whose
-  interval at low temperature lacks the level, benchmarks/bound_coverage.py);
+- `chain_score`: each position's likelihood score for the temperature, its variance, and the
+  derivative of the top token's probability in the temperature (the pooled temperature bound
+  weighs the top token's indicator by it, `equiv.verdicts.sampling.placebo.quasi_tempering`);
 - `judgement_evidence`: each stage of a rejection sampler, for engines that report judgements;
 - `top_k_rows`: rows rebuilt from a server's top-K log-probabilities where they hold the chain's
   whole support.
@@ -63,8 +63,10 @@ class TokenEvidence(NamedTuple):
 
     pits: list[list[float]]
     sensitivities: list[float]
-    #: ``[s, F]`` per token: ``s = log p(x) - E_p[log p]``, the likelihood score of the tempered
-    #: family ``p ** λ`` at λ = 1, and ``F = Var_p(log p)``, its variance (the information)
+    #: ``[s, F, t]`` per token: ``s = log p(x) - E_p[log p]``, the likelihood score of the
+    #: tempered family ``p ** λ`` at λ = 1, ``F = Var_p(log p)``, its variance (the
+    #: information), and ``t = p_top (log p_top - E_p[log p])``, the derivative of the top
+    #: token's probability in λ (what the pooled temperature bound weighs the top token by)
     scores: list[list[float]]
 
 
@@ -139,14 +141,14 @@ def chain_sensitivity(
 def _tempering(
     ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int
 ) -> tuple[float, list[float]]:
-    """One position's `chain_sensitivity` and ``[s, F]`` (`TokenEvidence.scores`), from the
-    chain's candidates and probabilities; ``0`` and ``[0, 0]`` where the chain leaves one token
-    or the token lies outside its support (the PIT and the support test count that)."""
+    """One position's `chain_sensitivity` and ``[s, F, t]`` (`TokenEvidence.scores`), from the
+    chain's candidates and probabilities; ``0`` and ``[0, 0, 0]`` where the chain leaves one
+    token or the token lies outside its support (the PIT and the support test count that)."""
     keep = probs > 0
     ids, probs = ids[keep], probs[keep]
     where = int(np.searchsorted(ids, token))
     if ids.size < 2 or where >= ids.size or ids[where] != token:
-        return 0.0, [0.0, 0.0]
+        return 0.0, [0.0, 0.0, 0.0]
     order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
     p = probs[order]
     upper = np.clip(np.cumsum(p), 0.0, 1.0)
@@ -156,7 +158,8 @@ def _tempering(
     centred = logp - float(np.dot(p, logp))
     k = float(np.dot(centred, density))  # Σ p · centred · E[Z | x]
     s = float(centred[int(np.flatnonzero(order == where)[0])])
-    return round(k, 9), [round(s, 9), round(float(np.dot(p, centred * centred)), 9)]
+    info = float(np.dot(p, centred * centred))
+    return round(k, 9), [round(s, 9), round(info, 9), round(float(p[0] * centred[0]), 9)]
 
 
 def top_k_rows(
