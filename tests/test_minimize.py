@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from equiv.cli.main import main
-from equiv.cli.minimize import ddmin, minimize_file, minimize_text
 from equiv.errors import ConfigError
+from equiv.run.minimize import ddmin, minimize_file, minimize_text
 
 
 def test_ddmin_finds_the_two_needed_items() -> None:

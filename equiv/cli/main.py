@@ -415,7 +415,7 @@ def _cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cmd_minimize(args: argparse.Namespace) -> int:
-    from equiv.cli.minimize import minimize_file
+    from equiv.run.minimize import minimize_file
 
     result = minimize_file(args.results, args.key, max_tests=args.max_tests, out=args.out)
     print("\n".join(result.lines()))

@@ -130,23 +130,10 @@ def sampling_verdict(analysis: AnalysisRecord | None, seed: Any) -> Verdict:
     return Verdict(verdict.label, f"seed {seed}, one sample of the test above: {verdict.reason}")
 
 
-def analysis_view(
-    i: int,
-    record: AnalysisRecord,
-    vocab: Mapping[int, str],
-    examples: Sequence[PromptView] = (),
-    seeds: int = 0,
-) -> AnalysisView:
-    verdict = record_verdict(record)
-    charts = record.figures.get("charts")
-    charts = charts if isinstance(charts, Mapping) else {}
-    drawn = [c for k, v in charts.items() for c in _charts(str(k), v, vocab)]
+def _figure_rows(record: AnalysisRecord) -> list[tuple[str, str]]:
+    """The record's figures as ``(name, value)`` rows, nested tables flattened into their
+    names (the placebo's tests go to the tests table instead)."""
     figures: list[tuple[str, str]] = []
-    placebo = record.figures.get("placebo")
-    placebo = placebo if isinstance(placebo, Mapping) else {}
-    consistency = record.figures.get("consistency")
-    # Each path's one-sample tests against the instrument's rows alone: shown, never decisive.
-    one_sample = [*json_list(placebo.get("tests") or []), *json_list(consistency or [])]
     for key, value in record.figures.items():
         if key in _SKIP:
             continue
@@ -162,6 +149,26 @@ def analysis_view(
                     figures.append((f"{key} {k}".replace("_", " "), fmt(v)))
         else:
             figures.append((key.replace("_", " "), fmt(value)))
+    return figures
+
+
+def analysis_view(
+    i: int,
+    record: AnalysisRecord,
+    vocab: Mapping[int, str],
+    examples: Sequence[PromptView] = (),
+    seeds: int = 0,
+) -> AnalysisView:
+    verdict = record_verdict(record)
+    charts = record.figures.get("charts")
+    charts = charts if isinstance(charts, Mapping) else {}
+    drawn = [c for k, v in charts.items() for c in _charts(str(k), v, vocab)]
+    placebo = record.figures.get("placebo")
+    placebo = placebo if isinstance(placebo, Mapping) else {}
+    consistency = record.figures.get("consistency")
+    # Each path's one-sample tests against the instrument's rows alone: shown, never decisive.
+    one_sample = [*json_list(placebo.get("tests") or []), *json_list(consistency or [])]
+    figures = _figure_rows(record)
     if "same_seed_agreement" in record.figures:
         figures.append(
             (

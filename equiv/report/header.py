@@ -99,15 +99,9 @@ def _features(system_info: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def environment(header: JSONObject) -> Environment:
-    """The header's tables, from the header as the file holds it (redacted where asked)."""
+def _versions(header: JSONObject, base: JSONObject, spec: JSONObject) -> list[tuple[str, str]]:
     config = json_object(header.get("config") or {})
-    prints = json_object(header.get("fingerprints") or {})
-    base = json_object(prints.get("baseline") or {})
-    spec = json_object(prints.get("speculative") or {})
-    vocab = json_object(header.get("vocab") or {})
     system_info = str(base.get("system_info") or spec.get("system_info") or "")
-
     versions = [
         ("equiv", fmt(header.get("equiv"))),
         ("llama-cpp-python", fmt(base.get("llama_cpp_python") or spec.get("llama_cpp_python"))),
@@ -123,7 +117,10 @@ def environment(header: JSONObject) -> Environment:
         versions.append(("machine", Machine.from_dict(machine).summary))
     if system_info:
         versions.append(("system info", system_info))
+    return versions
 
+
+def _models(config: JSONObject, vocab: JSONObject) -> list[tuple[str, str, str]]:
     models: list[tuple[str, str, str]] = []
     roles = []
     for role in ("target", "draft"):
@@ -135,14 +132,10 @@ def environment(header: JSONObject) -> Environment:
         cells = [_size(r.get(key)) if key == "size_bytes" else _short(r.get(key)) for r in roles]
         if any(c != "-" for c in cells):
             models.append((label, cells[0], cells[1]))
+    return models
 
-    paths: list[tuple[str, str, str, bool]] = []
-    for key in dict.fromkeys([*base, *spec]):
-        if key in ("system_info", "path"):
-            continue
-        b, s = fmt(base.get(key)), fmt(spec.get(key))
-        paths.append((key, b, s, b != s))
 
+def _settings(config: JSONObject) -> list[tuple[str, str]]:
     settings: list[tuple[str, str]] = []
     for key, value in config.items():
         if key in ("target", "draft"):
@@ -151,15 +144,30 @@ def environment(header: JSONObject) -> Environment:
             settings.extend((f"{key}.{k}", fmt(v)) for k, v in value.items())
         else:
             settings.append((key, _setting(key, value)))
+    return settings
 
+
+def environment(header: JSONObject) -> Environment:
+    """The header's tables, from the header as the file holds it (redacted where asked)."""
+    config = json_object(header.get("config") or {})
+    prints = json_object(header.get("fingerprints") or {})
+    base = json_object(prints.get("baseline") or {})
+    spec = json_object(prints.get("speculative") or {})
+    vocab = json_object(header.get("vocab") or {})
+    system_info = str(base.get("system_info") or spec.get("system_info") or "")
+    paths = [
+        (key, fmt(base.get(key)), fmt(spec.get(key)), fmt(base.get(key)) != fmt(spec.get(key)))
+        for key in dict.fromkeys([*base, *spec])
+        if key not in ("system_info", "path")
+    ]
     vocab_rows = [("compatible", fmt(vocab.get("compatible")))] if vocab else []
     vocab_rows += [("reason", fmt(r)) for r in json_list(vocab.get("reasons") or [])]
     vocab_rows += [("note", fmt(n)) for n in json_list(vocab.get("notes") or [])]
     return Environment(
-        versions=tuple(versions),
+        versions=tuple(_versions(header, base, spec)),
         cpu_features=_features(system_info),
-        models=tuple(models),
+        models=tuple(_models(config, vocab)),
         paths=tuple(paths),
-        settings=tuple(settings),
+        settings=tuple(_settings(config)),
         vocab=tuple(vocab_rows),
     )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
@@ -91,13 +91,19 @@ def _suite_row(s: SuiteSummary) -> SuiteRow:
     )
 
 
-def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...]:
-    acc = [
-        Bar(p.key, p.speculative.acceptance, f"lbl-{p.label}", f"#{p.anchor}")
+def _bars(prompts: Sequence[PromptView], value: Callable[[PromptView], float | None]) -> list[Bar]:
+    """One bar a prompt where ``value`` has one, coloured by its label."""
+    return [
+        Bar(p.key, v, f"lbl-{p.label}", f"#{p.anchor}")
         for p in prompts
-        if p.speculative.acceptance is not None
+        if (v := value(p)) is not None
     ]
-    strips = [
+
+
+def _strips(prompts: Sequence[PromptView]) -> list[Strip]:
+    """One strip a diverged prompt: each path's margin at the first divergence against the
+    drift at that row."""
+    return [
         Strip(
             p.key.removesuffix("::temp0"),
             p.divergence.delta,
@@ -110,16 +116,13 @@ def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...
         for p in prompts
         if p.divergence is not None
     ]
-    dl = [
-        Bar(p.key, p.max_delta_logit, f"lbl-{p.label}", f"#{p.anchor}")
-        for p in prompts
-        if p.max_delta_logit is not None
-    ]
-    kl = [
-        Bar(p.key, p.mean_kl, f"lbl-{p.label}", f"#{p.anchor}")
-        for p in prompts
-        if p.mean_kl is not None
-    ]
+
+
+def _charts(prompts: Sequence[PromptView]) -> tuple[tuple[str, str, Markup], ...]:
+    acc = _bars(prompts, lambda p: p.speculative.acceptance)
+    dl = _bars(prompts, lambda p: p.max_delta_logit)
+    kl = _bars(prompts, lambda p: p.mean_kl)
+    strips = _strips(prompts)
     out = [
         (
             "Draft acceptance per prompt",
@@ -203,6 +206,17 @@ def _analyses(
     return tuple(views)
 
 
+def _index(prompts: Sequence[PromptView], views: Sequence[AnalysisView]) -> tuple[IndexEntry, ...]:
+    """The report's index: every temp-0 prompt, then every sampled one."""
+    return (
+        *(IndexEntry(id=p.anchor, suite=p.suite, label=p.label, same=p.identical) for p in prompts),
+        *(
+            IndexEntry(id=a.anchor, suite=a.suite, label=a.label, same=a.label == "equivalent")
+            for a in views
+        ),
+    )
+
+
 def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
     """Everything the report shows, from the results file alone."""
     results = ResultsFile(results_path)
@@ -231,7 +245,6 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         for i, r in enumerate(r for r in rows if r.mode is not Mode.SAMPLING)
     )
     views = _analyses(analyses, [r for r in rows if r.mode is Mode.SAMPLING], vocab)
-    counts = tuple((label, summary.total.labels.get(label, 0)) for label in LABELS)
     name = str(redactor(Path(results_path).resolve().parent.name))
     return RunView(
         name=name,
@@ -240,7 +253,7 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         worst=summary.verdict.label.value if summary.total.prompts else "inconclusive",
         rate="" if summary.divergence_rate is None else summary.divergence_rate.line,
         pooled=() if summary.run is None else summary.run.pooled.lines(),
-        label_counts=counts,
+        label_counts=tuple((label, summary.total.labels.get(label, 0)) for label in LABELS),
         suites=(*(_suite_row(s) for s in summary.suites.values()), _suite_row(summary.total)),
         differences=tuple(differences),
         unread=contents.unreadable,
@@ -254,16 +267,7 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
         prompts=prompts,
         analyses=views,
         charts=_charts(prompts),
-        index=(
-            *(
-                IndexEntry(id=p.anchor, suite=p.suite, label=p.label, same=p.identical)
-                for p in prompts
-            ),
-            *(
-                IndexEntry(id=a.anchor, suite=a.suite, label=a.label, same=a.label == "equivalent")
-                for a in views
-            ),
-        ),
+        index=_index(prompts, views),
         suite_names=tuple(dict.fromkeys([*(p.suite for p in prompts), *(a.suite for a in views)])),
         redacted=redact,
         note=NOTE if redact else "Paths are shown unredacted (--no-redact).",

@@ -6,7 +6,7 @@ colours come from CSS classes in the page's stylesheet, so there is no style att
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -199,6 +199,36 @@ def grouped_chart(
     return _svg(body, height, title)
 
 
+def _strip_row(
+    row: Strip,
+    y: float,
+    label_w: int,
+    x_at: Callable[[float], float],
+    reach_name: str,
+    css_of: Mapping[str, str],
+) -> str:
+    """One row of `strip_chart` at height ``y``: its label, its reach bar and its dots."""
+    label = row.label if len(row.label) <= 28 else row.label[:17] + "…" + row.label[-10:]
+    parts = [
+        f'<text class="rowlabel" x="{label_w - 6}" y="{y + 12}" text-anchor="end">'
+        f"{_t(label)}<title>{_t(row.label)}</title></text>"
+    ]
+    if row.reach is not None and math.isfinite(row.reach):
+        width = max(x_at(row.reach) - x_at(0.0), 0.0)
+        parts.append(
+            f'<rect class="reach" x="{_n(x_at(0.0))}" y="{y + 5}" height="7" width="{_n(width)}">'
+            f"<title>{_t(reach_name)}: {_num(row.reach)}</title></rect>"
+        )
+    for name, value in row.dots:
+        if value is None or not math.isfinite(value):
+            continue
+        parts.append(
+            f'<circle class="{_t(css_of.get(name, "dot"))}" cx="{_n(x_at(value))}" cy="{y + 8}" '
+            f'r="4"><title>{_t(name)}: {_num(value)}</title></circle>'
+        )
+    return _link(row.href, "".join(parts))
+
+
 def strip_chart(
     rows: Sequence[Strip],
     *,
@@ -241,26 +271,7 @@ def strip_chart(
         )
     css_of = dict(legend)
     for i, row in enumerate(rows):
-        y = top + i * row_h
-        label = row.label if len(row.label) <= 28 else row.label[:17] + "…" + row.label[-10:]
-        parts = [
-            f'<text class="rowlabel" x="{label_w - 6}" y="{y + 12}" text-anchor="end">'
-            f"{_t(label)}<title>{_t(row.label)}</title></text>"
-        ]
-        if row.reach is not None and math.isfinite(row.reach):
-            width = max(x_at(row.reach) - x_at(0.0), 0.0)
-            parts.append(
-                f'<rect class="reach" x="{x_of(0.0)}" y="{y + 5}" height="7" width="{_n(width)}">'
-                f"<title>{_t(reach_name)}: {_num(row.reach)}</title></rect>"
-            )
-        for name, value in row.dots:
-            if value is None or not math.isfinite(value):
-                continue
-            parts.append(
-                f'<circle class="{_t(css_of.get(name, "dot"))}" cx="{x_of(value)}" cy="{y + 8}" '
-                f'r="4"><title>{_t(name)}: {_num(value)}</title></circle>'
-            )
-        body.append(_link(row.href, "".join(parts)))
+        body.append(_strip_row(row, top + i * row_h, label_w, x_at, reach_name, css_of))
     if x_label:
         body.append(
             f'<text class="axis" x="{_n(label_w + span / 2)}" y="{height - 2}" '

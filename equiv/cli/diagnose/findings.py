@@ -36,50 +36,74 @@ def findings(
 ) -> list[Finding]:
     """What the command line alone says (``vocab_check``: llama.cpp's rules unless given;
     ``own_server``: the run starts the user's own llama-server with their flags)."""
-    out: list[Finding] = []
+    return [
+        *_seed(cmd),
+        *_draft(cmd),
+        *_gpu(cmd, own_server),
+        *_formatting_and_cache(cmd),
+        *_vocab(cmd, vocab_check),
+    ]
 
-    def add(kind: str, title: str, explanation: str, fix: str) -> None:
-        out.append(Finding(kind, title, explanation, fix))
 
+def _seed(cmd: LlamaCommand) -> list[Finding]:
     seed, temp = cmd.get("seed"), cmd.get("temp", 0.8)
     seed_flag = cmd.spellings.get("seed", "--seed")
     if seed == 0:
-        add(
-            "misconfiguration",
-            f"{seed_flag} 0",
-            "llama.cpp takes 0 as a fixed seed, but llama-cpp-python (and every tool built on "
-            "it) treats seed=0 as 'pick a random seed', so the same setup run there is not "
-            "repeatable and a comparison between two runs measures chance",
-            f"use a seed in [1, 2**32 - 2], e.g. {seed_flag} 1, in both runs",
-        )
-    elif temp > 0 and not cmd.seed_fixed:
+        return [
+            Finding(
+                "misconfiguration",
+                f"{seed_flag} 0",
+                "llama.cpp takes 0 as a fixed seed, but llama-cpp-python (and every tool built "
+                "on it) treats seed=0 as 'pick a random seed', so the same setup run there is "
+                "not repeatable and a comparison between two runs measures chance",
+                f"use a seed in [1, 2**32 - 2], e.g. {seed_flag} 1, in both runs",
+            )
+        ]
+    if temp > 0 and not cmd.seed_fixed:
         written = "not set" if seed is None else f"{seed} (random)"
-        add(
-            "misconfiguration",
-            f"temperature {temp:g} with no fixed seed (seed {written})",
-            "llama.cpp's default seed -1 / 0xFFFFFFFF means random: every run samples "
-            "differently, with or without a draft, so two runs differing proves nothing",
-            "pass --seed 1 (any fixed value) to both runs, or compare at --temp 0",
-        )
+        return [
+            Finding(
+                "misconfiguration",
+                f"temperature {temp:g} with no fixed seed (seed {written})",
+                "llama.cpp's default seed -1 / 0xFFFFFFFF means random: every run samples "
+                "differently, with or without a draft, so two runs differing proves nothing",
+                "pass --seed 1 (any fixed value) to both runs, or compare at --temp 0",
+            )
+        ]
+    return []
+
+
+def _draft(cmd: LlamaCommand) -> list[Finding]:
+    out = []
     if cmd.get("draft_max") is not None and cmd.get("draft_min", 0) > cmd.get("draft_max"):
-        add(
-            "misconfiguration",
-            f"draft-min {cmd.get('draft_min')} > draft-max {cmd.get('draft_max')}",
-            "no draft can be long enough, so the draft model is never used",
-            "use a draft-min no larger than draft-max (llama.cpp's default draft-min is 0)",
+        out.append(
+            Finding(
+                "misconfiguration",
+                f"draft-min {cmd.get('draft_min')} > draft-max {cmd.get('draft_max')}",
+                "no draft can be long enough, so the draft model is never used",
+                "use a draft-min no larger than draft-max (llama.cpp's default draft-min is 0)",
+            )
         )
     if cmd.get("draft_max", 16) >= LARGE_DRAFT_MAX and cmd.get("model_draft"):
-        add(
-            "note",
-            f"draft-max {cmd.get('draft_max', 16)}",
-            "long drafts pay off only when the draft agrees with the target most of the time; "
-            "the run below measures the acceptance",
-            "if the acceptance is below about 0.6, try --draft-max 4",
+        out.append(
+            Finding(
+                "note",
+                f"draft-max {cmd.get('draft_max', 16)}",
+                "long drafts pay off only when the draft agrees with the target most of the "
+                "time; the run below measures the acceptance",
+                "if the acceptance is below about 0.6, try --draft-max 4",
+            )
         )
+    return out
+
+
+def _gpu(cmd: LlamaCommand, own_server: bool) -> list[Finding]:
     ngl = cmd.get("n_gpu_layers")
-    if ngl is not None and ngl not in ("0",):
-        partial = ngl.isdigit() and int(ngl) < 99
-        add(
+    if ngl is None or ngl in ("0",):
+        return []
+    partial = ngl.isdigit() and int(ngl) < 99
+    return [
+        Finding(
             "misconfiguration" if partial else "note",
             f"-ngl {ngl}" + (" (partial GPU offload?)" if partial else ""),
             "layers on the GPU and on the CPU run different kernels; a partial offload mixes "
@@ -90,49 +114,74 @@ def findings(
                 else "This run is llama-cpp-python on the CPU: your GPU kernels are NOT what it "
                 "tests, and GPU kernels drift differently"
             ),
-            ("offload all layers (-ngl 999) or none (-ngl 0) when comparing outputs" if partial
-             else "nothing to change in your flags")
-            + ("" if own_server else "; to test your GPU kernels pass --server-bin PATH (your "
-               "llama-server build) so equiv runs it with your -ngl"),
-        )  # fmt: skip
+            (
+                "offload all layers (-ngl 999) or none (-ngl 0) when comparing outputs"
+                if partial
+                else "nothing to change in your flags"
+            )
+            + (
+                ""
+                if own_server
+                else "; to test your GPU kernels pass --server-bin PATH (your "
+                "llama-server build) so equiv runs it with your -ngl"
+            ),
+        )
+    ]
+
+
+def _formatting_and_cache(cmd: LlamaCommand) -> list[Finding]:
+    out = []
     if cmd.get("jinja"):
-        add(
-            "note",
-            "--jinja",
-            "chat requests are formatted with the model's own Jinja chat template "
-            "(tokenizer.chat_template); equiv formats its chat prompts with the same template "
-            "(and passes --jinja to your llama-server when it runs one)",
-            "nothing to fix; if a chat prompt diverges, check that both servers ran --jinja",
+        out.append(
+            Finding(
+                "note",
+                "--jinja",
+                "chat requests are formatted with the model's own Jinja chat template "
+                "(tokenizer.chat_template); equiv formats its chat prompts with the same "
+                "template (and passes --jinja to your llama-server when it runs one)",
+                "nothing to fix; if a chat prompt diverges, check that both servers ran --jinja",
+            )
         )
     kv = [f"{f} {cmd.get(k)}" for f, k in (("-ctk", "cache_type_k"), ("-ctv", "cache_type_v"))]
     kv = [text for text in kv if not text.endswith((" None", " f16"))]
     if kv:
-        add(
-            "note",
-            " ".join(kv),
-            "a quantized KV cache changes logits in both paths; speculative verification "
-            "writes K/V in batches, so rounding differs from one-token decoding",
-            "compare with -ctk f16 -ctv f16 to see whether the difference goes away",
+        out.append(
+            Finding(
+                "note",
+                " ".join(kv),
+                "a quantized KV cache changes logits in both paths; speculative verification "
+                "writes K/V in batches, so rounding differs from one-token decoding",
+                "compare with -ctk f16 -ctv f16 to see whether the difference goes away",
+            )
         )
     if cmd.get("parallel", 1) > 1:
-        add(
-            "misconfiguration",
-            f"-np {cmd.get('parallel')}",
-            "with several slots llama-server batches concurrent requests together, so a "
-            "request's numerics depend on what else is running (and -c is split between the "
-            "slots); outputs are not reproducible request to request",
-            "compare with -np 1 (one request at a time)",
-        )
-    target, draft = cmd.get("model"), cmd.get("model_draft")
-    if target and draft and Path(target).is_file() and Path(draft).is_file():
-        from equiv.models.gguf import check_vocab_compat
-
-        report = (vocab_check or check_vocab_compat)(target, draft, with_sha256=False)
-        if not report.compatible:
-            add(
+        out.append(
+            Finding(
                 "misconfiguration",
-                "the draft's vocabulary is incompatible with the target's",
-                "; ".join(report.reasons),
-                "use a draft of the same model family, converted with the same tokenizer",
+                f"-np {cmd.get('parallel')}",
+                "with several slots llama-server batches concurrent requests together, so a "
+                "request's numerics depend on what else is running (and -c is split between "
+                "the slots); outputs are not reproducible request to request",
+                "compare with -np 1 (one request at a time)",
             )
+        )
     return out
+
+
+def _vocab(cmd: LlamaCommand, vocab_check: Callable[..., Any] | None) -> list[Finding]:
+    target, draft = cmd.get("model"), cmd.get("model_draft")
+    if not (target and draft and Path(target).is_file() and Path(draft).is_file()):
+        return []
+    from equiv.models.gguf import check_vocab_compat
+
+    report = (vocab_check or check_vocab_compat)(target, draft, with_sha256=False)
+    if report.compatible:
+        return []
+    return [
+        Finding(
+            "misconfiguration",
+            "the draft's vocabulary is incompatible with the target's",
+            "; ".join(report.reasons),
+            "use a draft of the same model family, converted with the same tokenizer",
+        )
+    ]

@@ -190,17 +190,26 @@ def llama_server_argv(
         argv += ["--chat-template", _BUILTIN_TEMPLATES[info.architecture]]
     argv += list(extra)
     if speculative:
-        draft = config.draft_config
-        argv += [flags.draft_max, str(draft.draft_max)]
-        if reads_draft_file(types):
-            argv += ["--model-draft", config.draft.path]
-        argv += list(draft_extra)
-        if types is not None:
-            argv += ["--spec-type", ",".join(types)]
-        if flags.draft_min:
-            argv += [flags.draft_min, str(draft.draft_min)]
-        if flags.draft_p_min:
-            argv += [flags.draft_p_min, str(draft.p_min)]
+        argv += _draft_argv(flags, config, types, draft_extra)
+    return argv
+
+
+def _draft_argv(
+    flags: ServerFlags, config: RunConfig, types: tuple[str, ...] | None, extra: Sequence[str]
+) -> list[str]:
+    """The speculative server's own flags, from its draft-max flag on (`split_draft` cuts
+    there): the draft file where the type reads one, the user's draft flags, the type."""
+    draft = config.draft_config
+    argv = [flags.draft_max, str(draft.draft_max)]
+    if reads_draft_file(types):
+        argv += ["--model-draft", config.draft.path]
+    argv += list(extra)
+    if types is not None:
+        argv += ["--spec-type", ",".join(types)]
+    if flags.draft_min:
+        argv += [flags.draft_min, str(draft.draft_min)]
+    if flags.draft_p_min:
+        argv += [flags.draft_p_min, str(draft.p_min)]
     return argv
 
 
