@@ -189,6 +189,10 @@ def test_the_pooled_bounds_are_in_units_a_user_reads_and_say_what_would_decide()
     assert at_margin.seeds_factor() is None  # more seeds cannot bring it within
     one_sample = Bound(Effect.TOP_TOKEN, 0.0, -float("inf"), float("inf"), 0.02)
     assert one_sample.seeds_factor() is None  # no interval from one sample a path
+    # none outside the support in 2,824 tokens: the upper bound falls as one over the tokens
+    support = Bound(Effect.SUPPORT, 0.0, 0.0, 0.0021, MARGINS[Effect.SUPPORT])
+    assert not support.within
+    assert support.seeds_factor() == pytest.approx(0.0021 / 0.002)
 
 
 def _without_top_derivatives(run):

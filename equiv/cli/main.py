@@ -66,6 +66,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_run(sub, talk)
+    _add_report(sub)
+    _add_compare(sub, talk)
+    _add_check_draft(sub)
+    _add_diagnose(sub)
+    _add_minimize(sub)
+    return parser
+
+
+def _add_run(sub: Any, talk: argparse.ArgumentParser) -> None:
     run = _sub(
         sub,
         "run",
@@ -93,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
         help="print summary.json on stdout (the human summary goes to stderr)",
     )
 
+
+def _add_report(sub: Any) -> None:
     report = _sub(
         sub,
         "report",
@@ -116,6 +128,8 @@ def _parser() -> argparse.ArgumentParser:
         help="keep local paths and user names (redacted by default)",
     )
 
+
+def _add_compare(sub: Any, talk: argparse.ArgumentParser) -> None:
     compare = _sub(
         sub,
         "compare",
@@ -137,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_true", help="print the comparison as JSON")
     compare.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
 
+
+def _add_check_draft(sub: Any) -> None:
     check = _sub(
         sub,
         "check-draft",
@@ -153,6 +169,8 @@ def _parser() -> argparse.ArgumentParser:
         "draft", metavar="DRAFT", nargs="?", help="the draft: a GGUF file, a config.json ..."
     )
 
+
+def _add_diagnose(sub: Any) -> None:
     diag = _sub(
         sub,
         "diagnose",
@@ -179,6 +197,8 @@ def _parser() -> argparse.ArgumentParser:
         help="your llama-cli or llama-server command line, after --",
     )
 
+
+def _add_minimize(sub: Any) -> None:
     mini = _sub(
         sub,
         "minimize",
@@ -197,7 +217,6 @@ def _parser() -> argparse.ArgumentParser:
         "--max-tests", type=int, default=60, metavar="N", help="most reruns to try [60]"
     )
     mini.add_argument("--out", metavar="FILE", help="suite file (default: beside the results)")
-    return parser
 
 
 def _results_dir(out: str | None, resume: bool) -> Path:

@@ -37,17 +37,8 @@ def execute(
     ``console`` (stderr by default); write each run's summary.json and report.html; echo the
     ``equiv run`` command that reruns each, and the verdict. ``looks`` > 1: the sampling run
     stops each prompt at its first conclusive look (``seeds`` is its budget)."""
-    from rich.console import Console
-
-    from equiv.cli.progress import Progress
-    from equiv.options.build import build_config
     from equiv.options.config_file import integer, merge_toml
     from equiv.records import ResultsFile
-    from equiv.report import write_report
-    from equiv.report.summary_json import write_summary
-    from equiv.run.execute import run_plan
-    from equiv.run.plan import plan, select_prompts
-    from equiv.verdicts.temp0.classify import speculation_problem
 
     values = {"temp": mapping.user_temp, **mapping.values, "prompt": list(prompts)}
     values["max_tokens"] = max_tokens
@@ -62,26 +53,7 @@ def execute(
             "seeds": seeds if sampled else None,
             "looks": looks if sampled and looks > 1 else None,
         }
-        config, pair = build_config(run_values, workdir=out / mode)
-        chosen = select_prompts(config.suites, given(values["prompt"]))
-        total = len(plan(chosen, config))
-        argv = run_command(run_values, mode=mode, out=out / mode)
-        echo(f"running {mode}: {total} generation pair(s) -> {out / mode}")
-        echo(f"  the same run by hand: equiv {shlex.join(argv)}")
-        with Progress(console or Console(stderr=True), total=total) as progress:
-            outcome = run_plan(
-                config, pair, chosen, out / mode, argv=argv, on_result=progress.update
-            )
-        if outcome.summary is None:
-            raise KeyboardInterrupt
-        summaries[mode] = outcome.summary
-        echo(f"  summary: {write_summary(outcome.results_path)}")
-        echo(f"  report: {write_report(outcome.results_path, out / mode / 'report.html')}")
-        header = ResultsFile(outcome.results_path).read().header
-        fingerprints = header.fingerprints if header is not None else {}
-        not_speculating = speculation_problem(
-            fingerprints.get("baseline", {}), fingerprints.get("speculative", {})
-        )
+        summaries[mode], not_speculating = _run_mode(run_values, mode, out, echo, console)
         if not_speculating:  # sampling it would compare two plain runs again
             break
     if not_speculating and "sampling" not in summaries and mapping.user_temp > 0:
@@ -102,3 +74,43 @@ def execute(
         echo(line)
     failed = temp0.failed_controls + (sampling.failed_controls if sampling else [])
     return 1 if failed else 0
+
+
+def _run_mode(
+    run_values: dict[str, Any],
+    mode: str,
+    out: Path,
+    echo: Callable[[str], None],
+    console: Any,
+) -> tuple[Summary, str | None]:
+    """One mode's run with progress, its summary.json and report.html: its summary, and the
+    header's speculation problem (`equiv.verdicts.temp0.classify.speculation_problem`)."""
+    from rich.console import Console
+
+    from equiv.cli.progress import Progress
+    from equiv.options.build import build_config
+    from equiv.records import ResultsFile
+    from equiv.report import write_report
+    from equiv.report.summary_json import write_summary
+    from equiv.run.execute import run_plan
+    from equiv.run.plan import plan, select_prompts
+    from equiv.verdicts.temp0.classify import speculation_problem
+
+    config, pair = build_config(run_values, workdir=out / mode)
+    chosen = select_prompts(config.suites, given(run_values["prompt"]))
+    total = len(plan(chosen, config))
+    argv = run_command(run_values, mode=mode, out=out / mode)
+    echo(f"running {mode}: {total} generation pair(s) -> {out / mode}")
+    echo(f"  the same run by hand: equiv {shlex.join(argv)}")
+    with Progress(console or Console(stderr=True), total=total) as progress:
+        outcome = run_plan(config, pair, chosen, out / mode, argv=argv, on_result=progress.update)
+    if outcome.summary is None:
+        raise KeyboardInterrupt
+    echo(f"  summary: {write_summary(outcome.results_path)}")
+    echo(f"  report: {write_report(outcome.results_path, out / mode / 'report.html')}")
+    header = ResultsFile(outcome.results_path).read().header
+    fingerprints = header.fingerprints if header is not None else {}
+    problem = speculation_problem(
+        fingerprints.get("baseline", {}), fingerprints.get("speculative", {})
+    )
+    return outcome.summary, problem

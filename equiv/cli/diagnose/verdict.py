@@ -59,14 +59,24 @@ def verdict_lines(
     """Plain-language verdict and next steps from the runs' `Summary` objects (``seeds``: the
     seeds per prompt the sampling run used, to say how many would decide; ``not_speculating``:
     the header's speculation problem, `equiv.verdicts.temp0.classify.speculation_problem`)."""
-    t = temp0.total
     lines = []
     if not_speculating:
         lines.append(
             "speculation was never checked: " + not_speculating.removeprefix("speculating: ")
         )
-    lines.append(f"temp-0 outputs identical on {t.identical} of {t.prompts} prompts")
-    verdict = temp0.verdict
+    lines += _temp0_lines(temp0)
+    if sampling is not None and sampling.run is not None:
+        lines.append(_pooled_line(sampling, user_temp, seeds))
+    elif sampling is not None:
+        lines.append(_per_prompt_line(sampling, user_temp, analyses, seeds))
+    if temp0.total.acceptance is not None:
+        lines.append(_acceptance_line(temp0.total.acceptance, draft_max))
+    return lines + _quality_lines(temp0, sampling)
+
+
+def _temp0_lines(temp0: Summary) -> list[str]:
+    t, verdict = temp0.total, temp0.verdict
+    lines = [f"temp-0 outputs identical on {t.identical} of {t.prompts} prompts"]
     if t.diverged:
         lines.append(f"  {temp0.conclusion}")
     if verdict.label.value in ("sampler-bug", "misconfiguration"):
@@ -76,59 +86,61 @@ def verdict_lines(
             "  next: numeric drift is expected on CPUs (batched verification vs one-token "
             "decoding); it is not a bug in speculative decoding"
         )
-    if sampling is not None and sampling.run is not None:
-        lines.append(_pooled_line(sampling, user_temp, seeds))
-    elif sampling is not None:
-        p_values = [
-            json_float(t["p_adjusted"])
-            for record in analyses
-            for t in record.tests
-            if "p_adjusted" in t
-        ]
-        powers = [r.judged.evidence.get("power") for r in analyses]
-        known = [json_float(p) for p in powers if p is not None]
-        stats = [f"smallest adjusted p = {min(p_values):.2g}"] if p_values else []
-        if known and len(known) == len(powers):
-            stats.append(f"power {min(known):.2f} for Cohen's w >= 0.1")
-        detail = f" ({'; '.join(stats)})" if stats else ""
-        label = sampling.verdict.label.value
-        if label == "equivalent":
-            lines.append(
-                f"at temp {user_temp:g} no significant difference on {sampling.total.prompts} "
-                f"prompts{detail}: what you see between runs is sampling variance"
-            )
-        elif label == "inconclusive":
-            more = seeds_needed(analyses, seeds) if seeds else None
-            how = (
-                f"rerun with --seeds {more} (now {seeds}) or a larger --max-tokens"
-                if more
-                else "rerun with more --seeds or a larger --max-tokens"
-            )
-            lines.append(
-                f"at temp {user_temp:g} no test rejects, but the evidence is thin{detail}: {how}"
-            )
-        else:
-            lines.append(f"at temp {user_temp:g}: {sampling.conclusion}{detail}")
-    acc = t.acceptance
-    if acc is not None:
-        # Expected tokens per target pass at a per-token acceptance (Leviathan et al., eq. 1).
-        per_pass = (1 - acc ** (draft_max + 1)) / (1 - acc) if acc < 1 else draft_max + 1.0
-        line = (
-            f"draft-max {draft_max} gives acceptance {acc:.2f}: about {per_pass:.1f} tokens per "
-            f"target pass (at most {draft_max + 1})"
+    return lines
+
+
+def _per_prompt_line(
+    sampling: Summary, user_temp: float, analyses: Sequence[AnalysisRecord], seeds: int | None
+) -> str:
+    """A sampling run without a run-level answer (written before equiv pooled): its prompts'."""
+    p_values = [
+        json_float(t["p_adjusted"])
+        for record in analyses
+        for t in record.tests
+        if "p_adjusted" in t
+    ]
+    powers = [r.judged.evidence.get("power") for r in analyses]
+    known = [json_float(p) for p in powers if p is not None]
+    stats = [f"smallest adjusted p = {min(p_values):.2g}"] if p_values else []
+    if known and len(known) == len(powers):
+        stats.append(f"power {min(known):.2f} for Cohen's w >= 0.1")
+    detail = f" ({'; '.join(stats)})" if stats else ""
+    label = sampling.verdict.label.value
+    if label == "equivalent":
+        return (
+            f"at temp {user_temp:g} no significant difference on {sampling.total.prompts} "
+            f"prompts{detail}: what you see between runs is sampling variance"
         )
-        if acc < 0.6 and draft_max > 4:
-            line += "; try --draft-max 4"
-        lines.append(line)
-    # The last line answers the user's question: did quality drop, by how much at most (at the
-    # user's temperature when they sample, else at temp 0).
+    if label == "inconclusive":
+        more = seeds_needed(analyses, seeds) if seeds else None
+        how = (
+            f"rerun with --seeds {more} (now {seeds}) or a larger --max-tokens"
+            if more
+            else "rerun with more --seeds or a larger --max-tokens"
+        )
+        return f"at temp {user_temp:g} no test rejects, but the evidence is thin{detail}: {how}"
+    return f"at temp {user_temp:g}: {sampling.conclusion}{detail}"
+
+
+def _acceptance_line(acc: float, draft_max: int) -> str:
+    # Expected tokens per target pass at a per-token acceptance (Leviathan et al., eq. 1).
+    per_pass = (1 - acc ** (draft_max + 1)) / (1 - acc) if acc < 1 else draft_max + 1.0
+    line = (
+        f"draft-max {draft_max} gives acceptance {acc:.2f}: about {per_pass:.1f} tokens per "
+        f"target pass (at most {draft_max + 1})"
+    )
+    if acc < 0.6 and draft_max > 4:
+        line += "; try --draft-max 4"
+    return line
+
+
+def _quality_lines(temp0: Summary, sampling: Summary | None) -> list[str]:
+    """The last line answers the user's question: did quality drop, by how much at most (at
+    the user's temperature when they sample, else at temp 0)."""
     graded = [q for s in (sampling, temp0) if s is not None for q in s.quality]
-    if graded:
-        lines.extend(q.line for q in reversed(graded))
-        lines.append(graded[0].answer_line)
-    else:
-        lines.append(
+    if not graded:
+        return [
             "did quality drop? not measured: none of these prompts carries a grader "
             "(the built-in suites do; prompts/README.md, Graded prompts)"
-        )
-    return lines
+        ]
+    return [*(q.line for q in reversed(graded)), graded[0].answer_line]

@@ -67,12 +67,15 @@ class Bound:
 
     def seeds_factor(self) -> float | None:
         """How many times the seeds would bring the interval within the margin, if the estimate
-        stayed where it is (the half-width shrinks as one over the root of the samples); None
+        stayed where it is (the half-width shrinks as one over the root of the samples; the
+        support's upper bound where no token fell outside it, as one over the samples); None
         where the estimate itself is at or past the margin."""
         half = (self.high - self.low) / 2
         room = self.margin - abs(self.estimate)
         if room <= 0 or not math.isfinite(half):  # past the margin, or under 2 samples a path
             return None
+        if self.effect is Effect.SUPPORT and self.estimate == self.low == 0.0:
+            return max(1.0, self.high / room)
         return max(1.0, (half / room) ** 2)
 
     def to_dict(self) -> JSONDict:
