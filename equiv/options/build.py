@@ -96,14 +96,9 @@ def _mtp_spec_type(v: OptionValues) -> str:
     return maybe_text(v, "server_spec_type") or "draft-mtp"
 
 
-def build_config(
-    values: OptionValues, *, workdir: str | Path | None = None
-) -> tuple[RunConfig, ModelPair]:
-    """A `RunConfig` from merged option values; resolves (and if needed derives) the models.
-    ``workdir``: the run's results directory (an engine may keep its logs there)."""
-    v = merge_toml(values)
-    # Every sampling value is checked whatever the mode (temp 0 ignores them, but a value no
-    # run could use is a mistake to point out), before any model file is read.
+def _checked_sampling(v: OptionValues) -> SamplingConfig:
+    """The sampler chain of the values. Every sampling value is checked whatever the mode
+    (temp 0 ignores them, but a value no run could use is a mistake to point out)."""
     temp, top_k, top_p = number(v, "temp"), integer(v, "top_k"), number(v, "top_p")
     min_p, repeat_penalty = number(v, "min_p"), number(v, "repeat_penalty")
     validate_sampling(
@@ -114,6 +109,28 @@ def build_config(
         typical_p=1.0,
         repeat_penalty=repeat_penalty,
     )
+    return SamplingConfig(
+        temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty
+    )
+
+
+def _mode(v: OptionValues) -> Mode:
+    try:
+        return Mode(v["mode"])
+    except ValueError:
+        raise ConfigError(
+            f"mode {v['mode']!r} is not one of {', '.join(m.value for m in Mode)}; "
+            "'both' is for the pytest plugin (--equiv-mode both)"
+        ) from None
+
+
+def build_config(
+    values: OptionValues, *, workdir: str | Path | None = None
+) -> tuple[RunConfig, ModelPair]:
+    """A `RunConfig` from merged option values; resolves (and if needed derives) the models.
+    ``workdir``: the run's results directory (an engine may keep its logs there)."""
+    v = merge_toml(values)
+    chain = _checked_sampling(v)  # before any model file is read
     if text(v, "pair") == "mtp":
         v = {**v, "server_spec_type": _mtp_spec_type(v)}
     from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
@@ -124,20 +141,8 @@ def build_config(
         draft_quant=text(v, "draft_quant"),
         pair=text(v, "pair"),
     )
-    try:
-        mode = Mode(v["mode"])
-    except ValueError:
-        raise ConfigError(
-            f"mode {v['mode']!r} is not one of {', '.join(m.value for m in Mode)}; "
-            "'both' is for the pytest plugin (--equiv-mode both)"
-        ) from None
-    sampling = (
-        SamplingConfig(temp=0.0)
-        if mode is Mode.TEMP0
-        else SamplingConfig(
-            temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, repeat_penalty=repeat_penalty
-        )
-    )
+    mode = _mode(v)
+    sampling = SamplingConfig(temp=0.0) if mode is Mode.TEMP0 else chain
     seeds: tuple[int, ...] = ()
     if mode is Mode.SAMPLING:
         start = integer(v, "seed_start")

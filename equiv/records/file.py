@@ -128,6 +128,30 @@ def _key_of(data: Any) -> str | None:
     return key if isinstance(key, str) else None
 
 
+def _line_record(raw: bytes, lineno: int, *, partial: bool) -> Record | LineProblem | None:
+    """One line of the file as a record, or what is wrong with it; None where it is the last
+    line, without its newline, and unreadable (torn by a crash)."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return None if partial else LineProblem(lineno, _decode_error(raw, exc))
+    except json.JSONDecodeError as exc:
+        if partial:
+            return None
+        return LineProblem(lineno, f"not valid JSON: {exc.msg}, column {exc.colno}")
+    except RecursionError:
+        return LineProblem(lineno, "not valid JSON (nested too deeply)")
+    try:
+        return parse_record(data)
+    except FieldError as exc:
+        if partial and not isinstance(data, dict):
+            return None
+        return LineProblem(lineno, exc.message, exc.field, _key_of(data))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a check missed
+        why = f"not a record equiv can read ({type(exc).__name__}: {exc})"
+        return LineProblem(lineno, why, None, _key_of(data))
+
+
 class ResultsFile:
     """An append-only JSONL file: a header line, then one line per finished record.
 
@@ -177,38 +201,14 @@ class ResultsFile:
             lineno = index + 1
             if not raw.strip():
                 continue
-            partial = index == last  # no newline after it
-            try:
-                data_ = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                if partial:
-                    torn, size = True, len(data) - len(raw)
-                    continue
-                problems.append(LineProblem(lineno, _decode_error(raw, exc)))
+            got = _line_record(raw, lineno, partial=index == last)
+            if got is None:  # the last line, cut short by a crash: the run resumes before it
+                torn, size = True, len(data) - len(raw)
                 continue
-            except json.JSONDecodeError as exc:
-                if partial:
-                    torn, size = True, len(data) - len(raw)
-                    continue
-                problems.append(
-                    LineProblem(lineno, f"not valid JSON: {exc.msg}, column {exc.colno}")
-                )
+            if isinstance(got, LineProblem):
+                problems.append(got)
                 continue
-            except RecursionError:
-                problems.append(LineProblem(lineno, "not valid JSON (nested too deeply)"))
-                continue
-            try:
-                record = parse_record(data_)
-            except FieldError as exc:
-                if partial and not isinstance(data_, dict):
-                    torn, size = True, len(data) - len(raw)
-                    continue
-                problems.append(LineProblem(lineno, exc.message, exc.field, _key_of(data_)))
-                continue
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a check missed
-                why = f"not a record equiv can read ({type(exc).__name__}: {exc})"
-                problems.append(LineProblem(lineno, why, None, _key_of(data_)))
-                continue
+            record = got
             if isinstance(record, HeaderRecord):
                 if header is not None or records or problems:
                     problems.append(

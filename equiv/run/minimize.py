@@ -14,10 +14,14 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from equiv.errors import ConfigError, EquivError
 from equiv.records import Comparison, Divergence, ResultRecord, ResultsFile
+
+if TYPE_CHECKING:
+    from equiv.config import RunConfig
+    from equiv.prompts import Prompt
 
 __all__ = ["DdminResult", "MinimizeResult", "ddmin", "minimize_file", "minimize_text"]
 
@@ -179,21 +183,10 @@ def _reproduce(config: Any, suite: Path, max_tokens: int) -> str:
     return shlex.join(args)
 
 
-def minimize_file(
-    results_path: str | Path,
-    key: str,
-    *,
-    max_tests: int = DEFAULT_MAX_TESTS,
-    out: str | Path | None = None,
-) -> MinimizeResult:
-    """Minimize the prompt of ``key`` in a results file with the run's own configuration."""
+def _temp0_record(results_path: str | Path, key: str) -> tuple[ResultRecord, RunConfig]:
+    """The record of ``key`` in a temp-0 results file, and the run's configuration."""
     from equiv.config import Mode, RunConfig
-    from equiv.prompts import Prompt
-    from equiv.run.execute import open_runner
-    from equiv.verdicts.temp0.compare import compare
 
-    if max_tests < 1:
-        raise ConfigError(f"--max-tests {max_tests}: give a count >= 1 (e.g. 60)")
     results = ResultsFile(results_path)
     if not results.exists():
         raise ConfigError(
@@ -203,6 +196,32 @@ def minimize_file(
     config = RunConfig.from_dict(results.header().config)
     if config.mode is not Mode.TEMP0:
         raise ConfigError(f"{results_path} is a sampling run; minimize needs a temp-0 run")
+    return record, config
+
+
+def _write_suite(path: Path, prompt: Prompt, prompt_id: str, max_tokens: int | None) -> None:
+    """The minimal prompt as a one-line suite (no suite of its own: the file is one)."""
+    data = prompt.to_dict()
+    data.update(id=f"{prompt_id[:28]}_min", max_tokens=max_tokens, tags=["minimized"])
+    data.pop("suite", None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def minimize_file(
+    results_path: str | Path,
+    key: str,
+    *,
+    max_tests: int = DEFAULT_MAX_TESTS,
+    out: str | Path | None = None,
+) -> MinimizeResult:
+    """Minimize the prompt of ``key`` in a results file with the run's own configuration."""
+    from equiv.run.execute import open_runner
+    from equiv.verdicts.temp0.compare import compare
+
+    if max_tests < 1:
+        raise ConfigError(f"--max-tests {max_tests}: give a count >= 1 (e.g. 60)")
+    record, config = _temp0_record(results_path, key)
     prompt = record.prompt
     max_tokens = config.max_tokens or prompt.max_tokens
     original = prompt.text if prompt.text is not None else (prompt.messages or (("", ""),))[-1][1]
@@ -236,11 +255,7 @@ def minimize_file(
     finally:
         runner.close()
     path = Path(out) if out else Path(results_path).with_name(f"minimal-{prompt.id}.jsonl")
-    data = make(minimal).to_dict()
-    data.update(id=f"{prompt.id[:28]}_min", max_tokens=max_tokens, tags=["minimized"])
-    data.pop("suite", None)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_suite(path, make(minimal), prompt.id, max_tokens)
     divergence = seen[minimal][1].divergence
     return MinimizeResult(
         key=record.key,

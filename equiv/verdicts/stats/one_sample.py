@@ -123,6 +123,22 @@ def top_token_test(
     )
 
 
+def _pits_and_weights(
+    u: npt.ArrayLike, sensitivity: npt.ArrayLike
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """`temperature_test`'s inputs checked: the PITs, and the weights ``|k|``."""
+    x = np.asarray(u, dtype=np.float64).reshape(-1)
+    signed = np.asarray(sensitivity, dtype=np.float64).reshape(-1)
+    if x.shape != signed.shape:
+        raise ValueError(f"u {x.shape} and sensitivity {signed.shape} differ in shape")
+    if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
+        raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
+    if signed.size and not (signed <= 1e-9).all():
+        raise ValueError("sensitivities must be <= 0; build them with chain_sensitivity")
+    weights: npt.NDArray[np.float64] = -np.minimum(signed, 0.0)
+    return x, weights
+
+
 def temperature_test(
     u: npt.ArrayLike,
     sensitivity: npt.ArrayLike,
@@ -154,15 +170,7 @@ def temperature_test(
     Below ``Σ k² = 1`` there is no test.
     """
     check_alpha(alpha)
-    x = np.asarray(u, dtype=np.float64).reshape(-1)
-    signed = np.asarray(sensitivity, dtype=np.float64).reshape(-1)
-    if x.shape != signed.shape:
-        raise ValueError(f"u {x.shape} and sensitivity {signed.shape} differ in shape")
-    if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
-        raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
-    if signed.size and not (signed <= 1e-9).all():
-        raise ValueError("sensitivities must be <= 0; build them with chain_sensitivity")
-    k = -np.minimum(signed, 0.0)
+    x, k = _pits_and_weights(u, sensitivity)
     n = int(np.count_nonzero(k))
     name = "temperature"
     info = float(np.dot(k, k))

@@ -18,6 +18,27 @@ from equiv.verdicts.stats.result import FloatArray, TestResult, check_alpha, not
 __all__ = ["chi2_two_sample", "ks_two_sample", "mann_whitney"]
 
 
+def _bins(
+    ca: npt.NDArray[np.int64], cb: npt.NDArray[np.int64], scale: float, min_expected: float
+) -> tuple[list[int], list[int], int, int]:
+    """`chi2_two_sample`'s bins: each sample's counts per kept category (largest first, ties
+    by id) then the pooled "other" bin, the categories pooled, and the categories seen."""
+    col = ca + cb
+    order = np.lexsort((np.arange(col.size), -col))  # largest first, ties by id
+    order = order[col[order] > 0]
+    big = [int(i) for i in order if col[i] * scale >= min_expected]
+    small = [int(i) for i in order if col[i] * scale < min_expected]
+    other_a, other_b = int(ca[small].sum()), int(cb[small].sum())
+    n_pooled = len(small)
+    while small and (other_a + other_b) * scale < min_expected and big:
+        j = big.pop()  # the smallest remaining category
+        other_a, other_b = other_a + int(ca[j]), other_b + int(cb[j])
+        n_pooled += 1
+    rows_a = [int(ca[i]) for i in big] + ([other_a] if n_pooled else [])
+    rows_b = [int(cb[i]) for i in big] + ([other_b] if n_pooled else [])
+    return rows_a, rows_b, n_pooled, len(order)
+
+
 def chi2_two_sample(
     counts_a: Mapping[int, int],
     counts_b: Mapping[int, int],
@@ -49,23 +70,10 @@ def chi2_two_sample(
     name = "chi2_two_sample"
     if na == 0 or nb == 0:
         return not_enough(name, alpha, n, f"n_a={na}, n_b={nb}; both samples need tokens")
-    col = ca + cb
-    order = np.lexsort((np.arange(col.size), -col))  # largest first, ties by id
-    order = order[col[order] > 0]
-    scale = min(na, nb) / n
-    big = [int(i) for i in order if col[i] * scale >= min_expected]
-    small = [int(i) for i in order if col[i] * scale < min_expected]
-    other_a, other_b = int(ca[small].sum()), int(cb[small].sum())
-    n_pooled = len(small)
-    while small and (other_a + other_b) * scale < min_expected and big:
-        j = big.pop()  # the smallest remaining category
-        other_a, other_b = other_a + int(ca[j]), other_b + int(cb[j])
-        n_pooled += 1
-    rows_a = [int(ca[i]) for i in big] + ([other_a] if n_pooled else [])
-    rows_b = [int(cb[i]) for i in big] + ([other_b] if n_pooled else [])
+    rows_a, rows_b, n_pooled, seen = _bins(ca, cb, min(na, nb) / n, min_expected)
     k = len(rows_a)
     if k < 2:
-        why = f"{len(order)} categories leave {k} bin once those with expected count < "
+        why = f"{seen} categories leave {k} bin once those with expected count < "
         return not_enough(name, alpha, n, why + f"{min_expected:g} are pooled; collect more")
     table = np.array([rows_a, rows_b], dtype=np.float64)
     res = sps.chi2_contingency(table, correction=False)
@@ -74,7 +82,7 @@ def chi2_two_sample(
     power, pdetail = power_detail(n, df, alpha, effect_w)
     tv = 0.5 * float(np.abs(table[0] / na - table[1] / nb).sum())
     detail = (
-        f"{k} bins ({n_pooled} of {len(order)} categories pooled into 'other'); "
+        f"{k} bins ({n_pooled} of {seen} categories pooled into 'other'); "
         f"n_a={na}, n_b={nb}; empirical TV {tv:.4f}; effect is Cohen's w; {pdetail}"
     )
     w = math.sqrt(stat / n)
