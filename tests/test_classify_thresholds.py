@@ -20,15 +20,15 @@ from equiv.records import Generation, TokenAlternatives
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import PromptAnalysis
 from equiv.verdicts.sampling.verdict import classify_sampling
-from equiv.verdicts.temp0.classify import (
+from equiv.verdicts.temp0.classify import classify_temp0
+from equiv.verdicts.temp0.compare import compare
+from equiv.verdicts.temp0.drift_bound import (
     CALIBRATION_POSITIONS,
     DRIFT_SAFETY,
     MIN_CALIBRATION,
-    classify_temp0,
     drift_bound,
     gap_movements,
 )
-from equiv.verdicts.temp0.compare import compare
 
 VOCAB = 64
 N = 40  # baseline tokens
@@ -236,7 +236,7 @@ def test_gap_movements_and_bound_by_hand():
 
 
 def test_the_top_candidates_are_those_a_stable_sort_of_the_whole_row_gives():
-    from equiv.verdicts.temp0.classify import _top
+    from equiv.verdicts.temp0.drift_bound import top_of
 
     rng = np.random.default_rng(1)
     for _ in range(300):
@@ -245,7 +245,7 @@ def test_the_top_candidates_are_those_a_stable_sort_of_the_whole_row_gives():
         ids = np.flatnonzero(np.isfinite(row))
         k = int(rng.integers(1, 10))
         expected = ids[np.argsort(-row[ids], kind="stable")][:k]
-        assert _top(row, ids, k).tolist() == expected.tolist()
+        assert top_of(row, ids, k).tolist() == expected.tolist()
 
 
 def _analysis(tests, placebo=None):

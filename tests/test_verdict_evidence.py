@@ -4,7 +4,7 @@ import math
 
 from equiv.records.comparison import Drift
 from equiv.verdicts.sampling.analysis_record import PooledDrift, ScoredTest
-from equiv.verdicts.temp0.classify import drift_bound
+from equiv.verdicts.temp0.drift_bound import drift_bound
 from equiv.verdicts.verdict_evidence import (
     BatchedFigures,
     PowerEvidence,

@@ -19,8 +19,8 @@ from equiv.json_types import JSONDict
 if TYPE_CHECKING:  # classify imports this module
     from equiv.verdicts.sampling.analysis_record import PooledDrift, ScoredTest
     from equiv.verdicts.sampling.fidelity import Fidelity
-    from equiv.verdicts.temp0.classify import DriftBound
     from equiv.verdicts.temp0.divergence_rate import DivergenceRate
+    from equiv.verdicts.temp0.drift_bound import DriftBound
 
 __all__ = [
     "BatchedFigures",

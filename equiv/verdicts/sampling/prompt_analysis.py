@@ -97,6 +97,56 @@ def _drift_summary(records: Sequence[Sample]) -> PooledDrift | None:
     return PooledDrift(len(drifts), pooled)
 
 
+def _output_tests(
+    records: Sequence[Sample],
+    keys: Mapping[str, str],
+    first: Mapping[str, Counter[int]],
+    alpha: float,
+    effect_w: float,
+) -> list[TestResult]:
+    """The two-sample tests of the outputs: first tokens, log-likelihoods under one scorer,
+    lengths and distinct bigrams (each only where it can tell the paths apart)."""
+    tests = [
+        renamed(
+            chi2_two_sample(
+                first["baseline"], first["speculative"], alpha=alpha, effect_w=effect_w
+            ),
+            "first-token:two-sample",
+        )
+    ]
+    lengths = {p: [len(r.path(p).tokens) for r in records] for p in ("baseline", "speculative")}
+    # Both paths' samples under one scorer: the target's single-token re-scoring where both
+    # have it (in process too: the speculative path's own rows are batched), else the pipeline.
+    scorer = pipeline(records, has_logits=False) if len(pipeline(records, False)) == 2 else keys
+    if len(scorer) == 2:
+        scored = {p: [_loglik(r, p, scorer[p]) for r in records] for p in scorer}
+        logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
+        tests.append(
+            renamed(
+                mann_whitney(logliks["baseline"], logliks["speculative"], alpha=alpha),
+                "log-likelihood:two-sample",
+            )
+        )
+    if len(set(lengths["baseline"] + lengths["speculative"])) > 1:
+        tests.append(
+            renamed(
+                ks_two_sample(lengths["baseline"], lengths["speculative"], alpha=alpha),
+                "length:two-sample",
+            )
+        )
+    distinct = {
+        p: [d for r in records if (d := _distinct2(r.path(p).tokens)) is not None] for p in lengths
+    }
+    if len(set(distinct["baseline"] + distinct["speculative"])) > 1:
+        tests.append(
+            renamed(
+                mann_whitney(distinct["baseline"], distinct["speculative"], alpha=alpha),
+                "distinct-2:two-sample",
+            )
+        )
+    return tests
+
+
 def analyze(
     records: Sequence[Sample],
     *,
@@ -132,44 +182,7 @@ def analyze(
         tests += vs_placebo(records, keys["speculative"], keys["baseline"], alpha, effect_w, "")
     tests.extend(stage_tests(records, alpha, seed, effect_w))
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
-    tests.append(
-        renamed(
-            chi2_two_sample(
-                first["baseline"], first["speculative"], alpha=alpha, effect_w=effect_w
-            ),
-            "first-token:two-sample",
-        )
-    )
-    lengths = {p: [len(r.path(p).tokens) for r in records] for p in ("baseline", "speculative")}
-    # Both paths' samples under one scorer: the target's single-token re-scoring where both
-    # have it (in process too: the speculative path's own rows are batched), else the pipeline.
-    scorer = pipeline(records, has_logits=False) if len(pipeline(records, False)) == 2 else keys
-    if len(scorer) == 2:
-        scored = {p: [_loglik(r, p, scorer[p]) for r in records] for p in scorer}
-        logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
-        tests.append(
-            renamed(
-                mann_whitney(logliks["baseline"], logliks["speculative"], alpha=alpha),
-                "log-likelihood:two-sample",
-            )
-        )
-    if len(set(lengths["baseline"] + lengths["speculative"])) > 1:
-        tests.append(
-            renamed(
-                ks_two_sample(lengths["baseline"], lengths["speculative"], alpha=alpha),
-                "length:two-sample",
-            )
-        )
-    distinct = {
-        p: [d for r in records if (d := _distinct2(r.path(p).tokens)) is not None] for p in lengths
-    }
-    if len(set(distinct["baseline"] + distinct["speculative"])) > 1:
-        tests.append(
-            renamed(
-                mann_whitney(distinct["baseline"], distinct["speculative"], alpha=alpha),
-                "distinct-2:two-sample",
-            )
-        )
+    tests += _output_tests(records, keys, first, alpha, effect_w)
     same = sum(r.baseline.tokens == r.speculative.tokens for r in records)
     errors = [
         f"{path}: {error}"

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -44,34 +44,28 @@ from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import Comparison, Generation
-from equiv.records.generation import top_k
 from equiv.records.verdict import RUN_PRECEDENCE, Label, Verdict
 from equiv.verdicts.temp0.divergence_rate import DivergenceRate
+from equiv.verdicts.temp0.drift_bound import (
+    CALIBRATION_POSITIONS,
+    MIN_CALIBRATION,
+    DriftBound,
+    drift_bound,
+    gap_movements,
+    top_of,
+)
 from equiv.verdicts.verdict_evidence import RescoredGaps, RunEvidence, Temp0Evidence
 
 __all__ = [
-    "DriftBound",
     "Rescorer",
     "classify_temp0",
-    "drift_bound",
     "fingerprint_differences",
-    "gap_movements",
     "misconfiguration",
     "run_verdict",
     "speculation_problem",
 ]
 
 OWN_ARGMAX_TOL = 1e-4
-# The calibrated temp-0 bound (`DriftBound`): the gaps between the single-token row's top
-# GAP_CANDIDATES (2: the top token and its runner-up; on the default pair the top-8 gaps move
-# 1.5-2x as far, and the whole row's largest difference 4-8x, `benchmarks/temp0_rule.py`); the
-# baseline's first CALIBRATION_POSITIONS tokens (at least) are re-scored batched; the bound is
-# DRIFT_SAFETY x the largest movement seen, from MIN_CALIBRATION positions up.
-GAP_CANDIDATES = 2
-CALIBRATION_POSITIONS = 32
-DRIFT_SAFETY = 2.0
-MIN_CALIBRATION = 4
-
 # Fingerprint keys that differ between the paths by design (named in the engine contract).
 _EXPECTED = set(FINGERPRINT_KEYS["by_design"])
 _WHY = {
@@ -249,73 +243,45 @@ def _calibration_rows(
     return single, batched
 
 
-def _temp0_rule(
-    at: Temp0Evidence,
-    used: npt.NDArray[np.float32] | None,
-    single_rows: npt.NDArray[np.floating[Any]],
-    batched_rows: npt.NDArray[np.floating[Any]],
-    *,
-    name: Callable[[int], str] = str,
+def _outside_top_k(
+    d: int,
+    na: str,
+    nb: str,
+    floor: float,
+    top: int,
+    calibration: DriftBound | None,
+    ev: JSONDict,
 ) -> Verdict:
-    """The calibrated temp-0 rule at the divergence ``at`` (module docstring). ``name`` gives a
-    token as reasons show it."""
-    d, a, b = at.position, at.baseline_token, at.speculative_token
-    na, nb = name(a), name(b)
-    # Position d in float64 (two rows); the calibration positions read only their candidates.
-    single = single_rows[d].astype(np.float64)
-    batched = batched_rows[d].astype(np.float64)
-    both = np.isfinite(single) & np.isfinite(batched)
-    drift_d = float(np.abs(single[both] - batched[both]).max()) if both.any() else 0.0
-    gap_batched = float(batched[a] - batched[b])
-    calibration = drift_bound(
-        np.delete(gap_movements(single_rows, batched_rows), d) if len(single_rows) > 1 else []
+    """The rule where the speculative token ``nb`` lies outside a server's recorded top
+    ``top`` single-token candidates, the target preferring ``na`` by more than ``floor``."""
+    if calibration is not None and floor > calibration.bound:
+        return Verdict(
+            Label.SAMPLER_BUG,
+            f"at token {d} the speculative token {nb} is not among the target's top {top} "
+            f"(single-token): the target prefers {na} by more than {floor:.4f}, beyond the "
+            f"{calibration.bound:.4f} that evaluation-path drift moves a gap between candidates "
+            f"here ({calibration.describe()})",
+            ev,
+        )
+    return Verdict(
+        Label.INCONCLUSIVE,
+        f"at token {d} the speculative token {nb} is outside the target's recorded top {top}; "
+        "raise --top-k-record to see how far",
+        ev,
     )
-    gaps = RescoredGaps(gap_batched, drift_d, calibration, _rows_evidence(single, batched, a, b))
-    if used is not None:
-        used64 = used.astype(np.float64)
-        deviation = float(np.abs(used64[both] - batched[both]).max())
-        gaps = replace(gaps, used_row_deviation=deviation)
-        if deviation > max(4 * drift_d, 1.0) and int(used.argmax()) != int(batched.argmax()):
-            return Verdict(
-                Label.SAMPLER_BUG,
-                f"at token {d} the logits the speculative sampler used are not the target's: "
-                f"max |Δlogit| {deviation:.3f} from the target's batched re-scoring, while "
-                f"batching moves them by {drift_d:.3f} (a row read from the wrong position?)",
-                replace(at, rescored=gaps).to_dict(),
-            )
-    # The batched row first: where the target, evaluated as verification does, itself prefers b,
-    # b is what drift gives, even when b lies outside a server's recorded single-token top K.
-    known = np.isfinite(single[b])
-    gap_single = float(single[a] - single[b]) if known else None
-    floor = None if known else float(single[a] - single[np.isfinite(single)].min())
-    gaps = replace(gaps, gap_single=gap_single, gap_single_at_least=floor)
-    ev = replace(at, rescored=gaps).to_dict()  # the verdict's evidence from here on
-    single_gap = f"{gap_single:.4f}" if gap_single is not None else f"more than {floor:.4f}"
-    if gap_batched <= OWN_ARGMAX_TOL:
-        return Verdict(
-            Label.NUMERIC_DRIFT,
-            f"at token {d} the target itself, evaluated in a batch as verification does, prefers "
-            f"{nb} (gap {gap_batched:.4f}) where single-token evaluation prefers {na} by "
-            f"{single_gap}: numeric drift between the evaluation paths",
-            ev,
-        )
-    if floor is not None:  # a server's row: b is not among its top K
-        if calibration is not None and floor > calibration.bound:
-            return Verdict(
-                Label.SAMPLER_BUG,
-                f"at token {d} the speculative token {nb} is not among the target's top "
-                f"{int(np.isfinite(single).sum())} (single-token): the target prefers {na} by more "
-                f"than {floor:.4f}, beyond the {calibration.bound:.4f} that evaluation-path drift "
-                f"moves a gap between candidates here ({calibration.describe()})",
-                ev,
-            )
-        return Verdict(
-            Label.INCONCLUSIVE,
-            f"at token {d} the speculative token {nb} is outside the target's recorded top "
-            f"{int(np.isfinite(single).sum())}; raise --top-k-record to see how far",
-            ev,
-        )
-    assert gap_single is not None
+
+
+def _calibrated(
+    d: int,
+    na: str,
+    nb: str,
+    gap_single: float,
+    gap_batched: float,
+    calibration: DriftBound | None,
+    ev: JSONDict,
+) -> Verdict:
+    """The rule where both rows rank ``na`` first: a near-tie within what drift moves a gap
+    between candidates here, or a token the speculative path should not have emitted."""
     if calibration is None:
         return Verdict(
             Label.INCONCLUSIVE,
@@ -343,112 +309,72 @@ def _temp0_rule(
     )
 
 
+def _temp0_rule(
+    at: Temp0Evidence,
+    used: npt.NDArray[np.float32] | None,
+    single_rows: npt.NDArray[np.floating[Any]],
+    batched_rows: npt.NDArray[np.floating[Any]],
+    *,
+    name: Callable[[int], str] = str,
+) -> Verdict:
+    """The calibrated temp-0 rule at the divergence ``at`` (module docstring). ``name`` gives a
+    token as reasons show it."""
+    d, a, b = at.position, at.baseline_token, at.speculative_token
+    na, nb = name(a), name(b)
+    # Position d in float64 (two rows); the calibration positions read only their candidates.
+    single = single_rows[d].astype(np.float64)
+    batched = batched_rows[d].astype(np.float64)
+    both = np.isfinite(single) & np.isfinite(batched)
+    drift_d = float(np.abs(single[both] - batched[both]).max()) if both.any() else 0.0
+    gap_batched = float(batched[a] - batched[b])
+    calibration = drift_bound(
+        np.delete(gap_movements(single_rows, batched_rows), d) if len(single_rows) > 1 else []
+    )
+    gaps = RescoredGaps(gap_batched, drift_d, calibration, _rows_evidence(single, batched, a, b))
+    if used is not None:
+        deviation = float(np.abs(used.astype(np.float64)[both] - batched[both]).max())
+        gaps = replace(gaps, used_row_deviation=deviation)
+        if deviation > max(4 * drift_d, 1.0) and int(used.argmax()) != int(batched.argmax()):
+            return Verdict(
+                Label.SAMPLER_BUG,
+                f"at token {d} the logits the speculative sampler used are not the target's: "
+                f"max |Δlogit| {deviation:.3f} from the target's batched re-scoring, while "
+                f"batching moves them by {drift_d:.3f} (a row read from the wrong position?)",
+                replace(at, rescored=gaps).to_dict(),
+            )
+    # The batched row first: where the target, evaluated as verification does, itself prefers b,
+    # b is what drift gives, even when b lies outside a server's recorded single-token top K.
+    known = np.isfinite(single[b])
+    gap_single = float(single[a] - single[b]) if known else None
+    floor = None if known else float(single[a] - single[np.isfinite(single)].min())
+    gaps = replace(gaps, gap_single=gap_single, gap_single_at_least=floor)
+    ev = replace(at, rescored=gaps).to_dict()  # the verdict's evidence from here on
+    single_gap = f"{gap_single:.4f}" if gap_single is not None else f"more than {floor:.4f}"
+    if gap_batched <= OWN_ARGMAX_TOL:
+        return Verdict(
+            Label.NUMERIC_DRIFT,
+            f"at token {d} the target itself, evaluated in a batch as verification does, prefers "
+            f"{nb} (gap {gap_batched:.4f}) where single-token evaluation prefers {na} by "
+            f"{single_gap}: numeric drift between the evaluation paths",
+            ev,
+        )
+    if floor is not None:  # a server's row: b is not among its top K
+        return _outside_top_k(d, na, nb, floor, int(np.isfinite(single).sum()), calibration, ev)
+    assert gap_single is not None
+    return _calibrated(d, na, nb, gap_single, gap_batched, calibration, ev)
+
+
 def _rows_evidence(
     single: npt.NDArray[np.float64], batched: npt.NDArray[np.float64], a: int, b: int
 ) -> dict[str, list[list[float]]]:
     """The target's top candidates at the divergence, single-token and batched (evidence)."""
 
     def top(row: npt.NDArray[np.float64]) -> list[list[float]]:
-        order = _top(row, np.flatnonzero(np.isfinite(row)), 8)
+        order = top_of(row, np.flatnonzero(np.isfinite(row)), 8)
         ids = [*order.tolist(), *(t for t in (a, b) if t not in order and np.isfinite(row[t]))]
         return [[int(t), round(float(row[t]), 5)] for t in ids]
 
     return {"single_token": top(single), "batched": top(batched)}
-
-
-@dataclass(frozen=True)
-class DriftBound:
-    """How far evaluation-path drift moves the gap between plausible candidates, calibrated on
-    the positions where the target was evaluated both single-token and batched.
-
-    ``bound`` is `DRIFT_SAFETY` x the largest movement seen; were the movement at the divergence
-    exchangeable with those at the calibration positions, it would exceed even the largest of
-    them with probability at most 1 / (positions + 1) (``exceed_at_most``).
-    """
-
-    bound: float
-    positions: int
-    max_movement: float
-    median_movement: float
-    exceed_at_most: float
-
-    def describe(self) -> str:
-        return (
-            f"{DRIFT_SAFETY:g} x the largest of {self.positions} movements of the gap between the "
-            f"top {GAP_CANDIDATES} candidates from single-token to batched rows, median "
-            f"{self.median_movement:.4f}"
-        )
-
-    def to_dict(self) -> JSONDict:
-        return {
-            "bound": round(self.bound, 6),
-            "positions": self.positions,
-            "max_movement": round(self.max_movement, 6),
-            "median_movement": round(self.median_movement, 6),
-            "exceed_at_most": round(self.exceed_at_most, 6),
-            "safety": DRIFT_SAFETY,
-            "candidates": GAP_CANDIDATES,
-        }
-
-
-def gap_movements(
-    single_rows: npt.ArrayLike, batched_rows: npt.ArrayLike, *, k: int = GAP_CANDIDATES
-) -> npt.NDArray[np.float64]:
-    """Per position j, how far evaluation-path drift moved the gaps between plausible
-    candidates: ``max_c |(S_j[t] - S_j[c]) - (B_j[t] - B_j[c])|`` over c among the top ``k`` of
-    the single-token row S_j (t its top token) that are known in both rows. NaN where no
-    candidate pair is known in both (rows a server knows only in part hold -inf). Rows are read
-    in their own precision; the few candidate values are compared in float64."""
-    single = np.asarray(single_rows)
-    batched = np.asarray(batched_rows)
-    out = np.full(single.shape[0], np.nan)
-    for j, (s, bt) in enumerate(zip(single, batched, strict=True)):
-        top = _top_known(s, bt, k)
-        if top.size < 2:
-            continue
-        sv, bv = s[top].astype(np.float64), bt[top].astype(np.float64)
-        out[j] = float(np.abs((sv[0] - sv[1:]) - (bv[0] - bv[1:])).max())
-    return out
-
-
-def _top_known(
-    s: npt.NDArray[np.floating[Any]], bt: npt.NDArray[np.floating[Any]], k: int
-) -> npt.NDArray[np.intp]:
-    """The top ``k`` of row ``s`` among the ids finite in both rows (`_top`'s order): full rows
-    (in process) by `top_k`, which searches near the row's maximum first; rows a server knows
-    only in part (-inf elsewhere) among their few known ids."""
-    if np.isfinite(s).all() and np.isfinite(bt).all():
-        return top_k(s, k)
-    return _top(s, np.flatnonzero(np.isfinite(s) & np.isfinite(bt)), k)
-
-
-def _top(
-    row: npt.NDArray[np.floating[Any]], ids: npt.NDArray[np.intp], k: int
-) -> npt.NDArray[np.intp]:
-    """The ``k`` of ``ids`` with the largest ``row`` values, descending, ties by ascending id (as
-    a stable sort of all of them orders them), without sorting a whole vocabulary."""
-    values = row[ids]
-    if ids.size > k:
-        kth = np.partition(values, ids.size - k)[ids.size - k]  # the k-th largest value
-        keep = values >= kth  # every tie at the k-th value, so the order below is exact
-        ids, values = ids[keep], values[keep]
-    return ids[np.lexsort((ids, -values))][:k]
-
-
-def drift_bound(movements: npt.ArrayLike) -> DriftBound | None:
-    """The `DriftBound` of these movements (NaN ignored); None below `MIN_CALIBRATION`."""
-    values = np.asarray(movements, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if values.size < MIN_CALIBRATION:
-        return None
-    largest = float(values.max())
-    return DriftBound(
-        bound=DRIFT_SAFETY * largest,
-        positions=int(values.size),
-        max_movement=largest,
-        median_movement=float(np.median(values)),
-        exceed_at_most=1.0 / (values.size + 1),
-    )
 
 
 def run_verdict(
