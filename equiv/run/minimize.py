@@ -208,6 +208,13 @@ def _write_suite(path: Path, prompt: Prompt, prompt_id: str, max_tokens: int | N
     path.write_text(json.dumps(data, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def _with_text(prompt: Prompt, text: str) -> Prompt:
+    """The prompt with its text (a chat's last message) replaced."""
+    if prompt.messages is None:
+        return replace(prompt, text=text)
+    return replace(prompt, messages=(*prompt.messages[:-1], (prompt.messages[-1][0], text)))
+
+
 def minimize_file(
     results_path: str | Path,
     key: str,
@@ -227,9 +234,7 @@ def minimize_file(
     original = prompt.text if prompt.text is not None else (prompt.messages or (("", ""),))[-1][1]
 
     def make(text: str) -> Prompt:
-        if prompt.messages is None:
-            return replace(prompt, text=text)
-        return replace(prompt, messages=(*prompt.messages[:-1], (prompt.messages[-1][0], text)))
+        return _with_text(prompt, text)
 
     runner = open_runner(config, None, Path(results_path).with_name("minimize.jsonl"))
     seen: dict[str, tuple[int, Comparison]] = {}

@@ -184,14 +184,13 @@ def analyze(
     first = {path: _first_tokens(records, path) for path in ("baseline", "speculative")}
     tests += _output_tests(records, keys, first, alpha, effect_w)
     same = sum(r.baseline.tokens == r.speculative.tokens for r in records)
-    errors = [
-        f"{path}: {error}"
-        for r in records
-        for path in ("baseline", "speculative")
-        if (error := r.path(path).rescore_error) is not None
-    ]
     return PromptAnalysis(
-        rescore_errors=tuple(errors),
+        rescore_errors=tuple(
+            f"{path}: {error}"
+            for r in records
+            for path in ("baseline", "speculative")
+            if (error := r.path(path).rescore_error) is not None
+        ),
         samples=len(records),
         alpha=alpha,
         pipeline=keys,
