@@ -99,7 +99,9 @@ def _by_normal(run: dict[str, list[Sample]], alpha: float, seed: int) -> tuple[f
     """The interval of the PIT's normal scores alone (`equiv.verdicts.sampling.placebo.
     tempering`: equiv's bound until stop 40), samples as clusters."""
     rng = np.random.default_rng(seed)
-    pits, k, ids = [], [], []
+    pits: list[tuple[float, float, float]] = []
+    k: list[float] = []
+    ids: list[str] = []
     for samples in run.values():
         for sample in samples:
             path = sample.speculative
