@@ -87,6 +87,15 @@ class JsonClient:
     def post(self, path: str, body: JSONObject) -> Any:
         return self._request("POST", path, body)
 
+    def get_text(self, path: str) -> str | None:
+        """A plain-text page (Prometheus ``/metrics``), asked once; None where the server has
+        none or does not answer (a missing page is a missing capability, not a failure)."""
+        try:
+            status, _ctype, data, _retry = self._once("GET", path, None)
+        except (OSError, http.client.HTTPException):
+            return None
+        return data.decode("utf-8", errors="replace") if status == 200 else None
+
     # -- internals ---------------------------------------------------------------------------
     def _connection(self) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from equiv.engines.base import RescoreCost
 from equiv.engines.server.http import HttpStatusError, JsonClient
-from equiv.errors import EngineError
+from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict
 
 __all__ = ["OpenAIRescorer", "detect_openai_scorer", "sglang_body", "vllm_body"]
@@ -170,7 +170,9 @@ class OpenAIRescorer:
                 rows = parse_sglang(data, url=url, tokens=tokens)
         except HttpStatusError as exc:
             if exc.status == 400 and "logprob" in str(exc).lower():
-                raise EngineError(
+                # a setting of the server, not a missing capability: re-scoring quietly off
+                # would cost every verdict its evidence, so the run stops here with the fix
+                raise ConfigError(
                     f"{url} refused {self.n_probs} log-probabilities per row ({exc}); vLLM caps "
                     f"them at --max-logprobs (default 20): restart it with --max-logprobs "
                     f"{self.n_probs}, or lower --top-k / --top-k-record"
