@@ -290,6 +290,7 @@ def _run_once(
     from rich.console import Console
 
     from equiv.cli.progress import Progress
+    from equiv.engines.server.settings import speculative_url
     from equiv.report import write_report
     from equiv.report.summary_json import write_summary
     from equiv.report.terminal import print_prompts, print_summary
@@ -304,7 +305,11 @@ def _run_once(
     prompts = select_prompts(config.suites, given(values.get("prompt")))
     # Paths are text, not markup: a folder named "[q4]" must print as it is.
     console.print(f"equiv {__version__}  target {pair.target.path}", markup=False)
-    console.print(f"draft {pair.draft.path} ({pair.draft.provenance})", markup=False)
+    url = speculative_url(config) if config.engine == "server" else None
+    drafted = f"the speculative server's own, at {url} (equiv loads no draft)" if url else None
+    console.print(
+        f"draft {drafted or f'{pair.draft.path} ({pair.draft.provenance})'}", markup=False
+    )
     with Progress(console, total=len(plan(prompts, config))) as progress:
         outcome = run_plan(
             config, pair, prompts, out, resume=resume, argv=argv, on_result=progress.update

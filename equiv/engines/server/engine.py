@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from equiv.config import RunConfig, SamplingConfig
+from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities, RescoreCost
 from equiv.engines.server.api import (
     Parsed,
@@ -47,12 +47,13 @@ from equiv.engines.server.settings import (
     ServerSettings,
     settings_for,
 )
+from equiv.engines.server.vllm import read_counters, refusal_fix, spec_counters
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
 from equiv.models.token_bytes import token_bytes
 from equiv.prompts import Prompt
-from equiv.records import Generation, PathName
+from equiv.records import DraftStep, Generation, PathName
 
 __all__ = [
     "ServerEngine",
@@ -85,6 +86,7 @@ class ServerEngine:
         self.drafts_from_file = True
         self._pieces: dict[int, str] = {}
         self._bos: list[int] | None = None
+        self._count_drafts = False  # vLLM: a request's draft counts from /metrics
         if settings.server_bin:
             url = self._start_server(settings.server_bin)
         else:
@@ -220,8 +222,30 @@ class ServerEngine:
                 "with one of them"
             )
         self.model = str(model)
-        probe = self._complete([self.prompt_tokens(Prompt("probe", "probe", text="Hi"))[-1]], 1)
-        return {"api": "openai", "model": self.model, "models": ids, "token_ids": probe.ids_known}
+        probe = self._probe()
+        facts: JSONDict = {"api": "openai", "model": self.model, "models": ids}
+        facts["token_ids"] = probe.ids_known
+        page = self.client.get_text("/metrics")
+        if page is not None and "vllm:" in page:  # vLLM's page: its counters say it
+            counters = spec_counters(page)
+            facts["speculating"] = None if self._placebo() else counters is not None
+            one_at_a_time = self.path == "speculative" and self.max_in_flight == 1
+            self._count_drafts = counters is not None and one_at_a_time  # their growth: exact
+        return facts
+
+    def _probe(self) -> Parsed:
+        """One token with the run's own sampler and log-probability count: a setting the server
+        refuses (vLLM: `refusal_fix`) stops the run before it starts, with the fix."""
+        sampling = self.config.sampling if self.config.mode is Mode.SAMPLING else None
+        token = self.prompt_tokens(Prompt("probe", "probe", text="Hi"))[-1]
+        try:
+            return self._complete([token], 1, sampling=sampling)
+        except HttpStatusError as exc:
+            if exc.status != 400:
+                raise
+            sampling = sampling or SamplingConfig()
+            fix = refusal_fix(str(exc), sampling, k=self._n_probs(sampling), path=self.path)
+            raise ConfigError(f"{exc}\n{fix}") from None
 
     def _openai_scorer(self) -> tuple[OpenAIRescorer | None, str]:
         """vLLM's prompt_logprobs or SGLang's /generate, whichever this server answers."""
@@ -319,9 +343,7 @@ class ServerEngine:
     ) -> Parsed:
         sampling = sampling or SamplingConfig()
         seed = seed or 1  # temp 0 too gets a fixed seed, as the in-process engine
-        k = self.config.top_k_record
-        if self.path == "baseline" and not sampling.greedy:  # the chain's whole support
-            k = rescore_candidates(self.config)
+        k = self._n_probs(sampling)
         try:
             if self.api == "llama":
                 draft = self.config.draft_config if self.path == "speculative" else None
@@ -343,6 +365,12 @@ class ServerEngine:
             self._raise_if_dead()
             raise exc from None
 
+    def _n_probs(self, sampling: SamplingConfig) -> int:
+        """Log-probabilities asked per token (on the sampling baseline: `rescore_candidates`)."""
+        if self.path == PathName.BASELINE and not sampling.greedy:
+            return rescore_candidates(self.config)
+        return self.config.top_k_record
+
     def _raise_if_dead(self) -> None:
         if self._server is not None and not self._server.alive():
             raise EngineError(
@@ -360,9 +388,15 @@ class ServerEngine:
         seed: int | None,
         max_tokens: int,
     ) -> Generation:
+        before = read_counters(self.client) if self._count_drafts else None
         started = time.perf_counter()
         parsed = self._complete(prompt_tokens, max_tokens, sampling=sampling, seed=seed)
         wall = time.perf_counter() - started
+        draft_steps = parsed.draft_steps
+        after = read_counters(self.client) if before is not None else None
+        if before is not None and after is not None:
+            grew = after - before
+            draft_steps = (DraftStep(DraftStep.PER_REQUEST, grew.drafted, grew.accepted),)
         for token, piece in zip(parsed.tokens, parsed.pieces, strict=False):
             if piece:
                 self._pieces.setdefault(token, piece)
@@ -382,7 +416,7 @@ class ServerEngine:
             alternatives=parsed.alternatives,
             t_prompt_s=parsed.t_prompt_s if parsed.t_prompt_s is not None else 0.0,
             t_decode_s=parsed.t_decode_s if parsed.t_decode_s is not None else wall,
-            draft_steps=parsed.draft_steps,
+            draft_steps=draft_steps,
             seed=seed,
         )
 

@@ -22,6 +22,7 @@ __all__ = [
     "AUTO_CONCURRENCY",
     "ServerSettings",
     "settings_for",
+    "speculative_url",
 ]
 
 APIS = ("auto", "llama", "openai")
@@ -147,3 +148,9 @@ def settings_for(config: RunConfig) -> ServerSettings:
             options, log_dir=None if log_dir is None else str(log_dir)
         )
     return ServerSettings.from_env()
+
+
+def speculative_url(config: RunConfig) -> str | None:
+    """The running speculative server a run of ``--engine server`` reaches, if it reaches one
+    (its draft is then the server's own, not a file equiv derived)."""
+    return settings_for(config).speculative_url

@@ -109,6 +109,14 @@ def speculation_problem(baseline: JSONObject, speculative: JSONObject) -> str | 
     """The run compared no speculative decoding: the speculative server built none (llama-server
     ``/slots`` ``"speculative": false``, e.g. ``-md`` without ``--spec-type`` on builds whose
     default type is ``none``), or the baseline server speculates too."""
+    if speculative.get("speculating") is False and speculative.get("api") == "openai":
+        return (
+            "speculating: the speculative server does not speculate: its /metrics export no "
+            "vllm:spec_decode counters, which vLLM creates only for a --speculative-config, so "
+            "both paths ran plain decoding and speculation was never checked: restart it with "
+            '--speculative-config (e.g. \'{"method": "ngram", "num_speculative_tokens": '
+            '4, "prompt_lookup_max": 4}\')'
+        )
     if speculative.get("speculating") is False:
         flags = speculative.get("draft_config")
         written = flags.get("server_flags") if isinstance(flags, Mapping) else None
@@ -124,6 +132,11 @@ def speculation_problem(baseline: JSONObject, speculative: JSONObject) -> str | 
             "add --spec-type draft-simple (or the type you meant)"
         )
     if baseline.get("speculating") is True:
+        if baseline.get("api") == "openai":
+            return (
+                "speculating: the baseline server speculates too (its /metrics export "
+                "vllm:spec_decode counters): start the baseline without --speculative-config"
+            )
         return (
             'speculating: the baseline server speculates too (its /slots say "speculative": '
             "true): start the baseline without -md / --spec-type"
