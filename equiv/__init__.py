@@ -19,6 +19,7 @@ from equiv.errors import (
     EngineError,
     EquivError,
     ModelError,
+    PathFailedError,
     PromptError,
     VocabMismatchError,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "Label",
     "Mode",
     "ModelError",
+    "PathFailedError",
     "Prompt",
     "PromptError",
     "Rescoring",

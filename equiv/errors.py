@@ -6,6 +6,7 @@
     │   └── VocabMismatchError  draft and target cannot share token IDs (exit 4)
     ├── PromptError             a prompt suite or prompt that cannot be run (exit 5)
     ├── EngineError             an engine failed while generating (exit 6)
+    │   └── PathFailedError     one path failed on a prompt; recorded as a finding first
     └── ResultsError            a results file that cannot be read or written (exit 7)
         ├── ResultsLockedError  another equiv process is using the results (exit 8)
         └── DiskFullError       no space left to write results; finished ones kept (exit 9)
@@ -24,6 +25,7 @@ __all__ = [
     "EngineError",
     "EquivError",
     "ModelError",
+    "PathFailedError",
     "PromptError",
     "ResultsError",
     "ResultsLockedError",
@@ -66,6 +68,20 @@ class EngineError(EquivError):
     """An engine failed while generating."""
 
     exit_code = 6
+
+
+class PathFailedError(EngineError):
+    """One path's engine failed on a prompt (``path``: "baseline" or "speculative"; ``key``:
+    the result's key; ``cause``: the engine's own message). The runner writes it to the results
+    file as a failed ``engine-failure`` control before the run stops."""
+
+    exit_code = 6
+
+    def __init__(self, message: str, *, path: str, key: str, cause: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.key = key
+        self.cause = cause
 
 
 class ResultsError(EquivError):

@@ -27,8 +27,10 @@ from equiv.errors import ConfigError, EngineError
 from equiv.models.gguf import read_token_texts
 from equiv.models.token_bytes import token_bytes
 from equiv.records import ResultsFile
+from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
+from equiv.verdicts.runs.summary import summarize_file
 from equiv.verdicts.temp0.classify import fingerprint_differences
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
@@ -208,6 +210,15 @@ def test_a_killed_server_keeps_finished_results_and_resume_continues(
     ):
         runner.run(items, on_result=kill_speculative)
     assert len(ResultsFile(path).results()) == 1
+    # the failure is a finding on record: which path, on which prompt, that the other answered
+    (failure,) = [e for e in ResultsFile(path).read().events if e.event == "engine-failure"]
+    assert failure.failed
+    assert failure.key == items[1].key
+    assert failure.extra["path"] == "speculative"
+    assert "where the baseline answered the same request" in failure.detail
+    cut = summarize_file(ResultsFile(path))
+    assert cut.verdict.label is Label.INCONCLUSIVE, cut.verdict.reason
+    assert "the speculative path failed" in cut.verdict.reason
     assert (tmp_path / "llama-server-speculative.log").is_file()
     # The same run resumed against the module's running servers: the engine options differ
     # (URLs instead of a binary), which --resume refuses by name...
@@ -222,6 +233,7 @@ def test_a_killed_server_keeps_finished_results_and_resume_continues(
         new = runner.run(items, resume=True)
     assert [r.key for r in new] == [items[1].key]
     assert ResultsFile(path).done_keys() == {item.key for item in items}
+    assert summarize_file(ResultsFile(path)).unfinished is None  # finished by the rerun
 
 
 def test_equiv_run_with_server_bin_end_to_end(tmp_path):

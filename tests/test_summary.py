@@ -3,7 +3,8 @@
 import dataclasses
 from pathlib import Path
 
-from equiv.records import DraftStep, ResultsFile
+from equiv.records import Control, DraftStep, EventRecord, ResultsFile
+from equiv.records.verdict import Label
 from equiv.verdicts.runs.summary import summarize
 
 FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
@@ -33,3 +34,23 @@ def test_per_request_counts_give_acceptance_but_no_rounds_and_no_prediction():
     assert total.mean_accepted is None
     assert total.cost_ratio is None
     assert total.predicted_speedup is None
+
+
+def test_a_path_that_failed_leaves_the_run_inconclusive_until_a_rerun_finishes_the_prompt():
+    record = _record([], 0.0)
+    failure = EventRecord(
+        event=Control.ENGINE_FAILURE.value,
+        ok=False,
+        key="code/other",
+        detail="the speculative path failed on code/other",
+        extra={"path": "speculative"},
+    )
+    cut = summarize([record], [failure])
+    assert cut.verdict.label is Label.INCONCLUSIVE
+    assert "the speculative path failed on code/other" in cut.verdict.reason
+    assert "--resume" in cut.verdict.reason
+    # the rerun wrote the prompt's result: the failure stays on record, the verdict is the run's
+    finished = summarize([record, dataclasses.replace(record, key="code/other")], [failure])
+    assert finished.unfinished is None
+    assert finished.verdict == summarize([record, record]).verdict
+    assert [e.event for e in finished.failed_controls] == ["engine-failure"]

@@ -22,7 +22,15 @@ from equiv.records import ResultsFile
 
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
-PROMPTS = ["code/py_gcd", "code/fib_lt", "code/py_sum_list", "code/go_range_loop"]
+# four code prompts (n-gram lookup finds something to draft) and a chat prompt (the chat template
+# the HF directory carries, BOS included: /tokenize refuses a chat without one)
+PROMPTS = [
+    "code/py_gcd",
+    "code/fib_lt",
+    "code/py_sum_list",
+    "code/go_range_loop",
+    "chat/capital_france",
+]
 
 
 @pytest.fixture(scope="module")

@@ -66,10 +66,12 @@ class Kind(str, enum.Enum):
 
 
 class Control(str, enum.Enum):
-    """The controls a run records as events."""
+    """The controls a run records as events; ``engine-failure`` is a path that failed on a
+    prompt (a failed control whose ``key`` names it and whose ``path`` says which)."""
 
     DETERMINISM = "determinism"
     SELF_DRAFT = "self-draft"
+    ENGINE_FAILURE = "engine-failure"
 
     def __str__(self) -> str:
         return self.value

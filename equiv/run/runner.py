@@ -27,7 +27,7 @@ from equiv.engines.base import (
     server_facts,
 )
 from equiv.engines.registry import build_engine
-from equiv.errors import PromptError
+from equiv.errors import EngineError, PathFailedError, PromptError
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import (
     AnalysisRecord,
@@ -272,34 +272,57 @@ class Runner:
             completed(run_item, todo[:alone], 1), completed(run_item, todo[alone:], self.in_flight)
         )
         records: list[ResultRecord] = []
-        for index, (item, record) in enumerate(finished):
-            self.results.append_result(record)
-            records.append(record)
-            if index == 0 and left.determinism:
-                tokens = prompt_tokens[item.prompt.key]
-                self._determinism_control(item, tokens, record.baseline.tokens)
-            if on_result is not None:
-                on_result(item, record, index + 1, len(todo))
+        try:
+            for index, (item, record) in enumerate(finished):
+                self.results.append_result(record)
+                records.append(record)
+                if index == 0 and left.determinism:
+                    tokens = prompt_tokens[item.prompt.key]
+                    self._determinism_control(item, tokens, record.baseline.tokens)
+                if on_result is not None:
+                    on_result(item, record, index + 1, len(todo))
+        except PathFailedError as failure:
+            # after the answers still in flight are written: the failure is a finding
+            self.results.append_event(
+                EventRecord(
+                    event=Control.ENGINE_FAILURE.value,
+                    ok=False,
+                    key=failure.key,
+                    detail=str(failure),
+                    extra={"path": failure.path, "cause": failure.cause},
+                )
+            )
+            raise
         return records
 
     def generate_pair(
-        self, tokens: Sequence[int], *, seed: int | None, max_tokens: int
+        self, tokens: Sequence[int], *, seed: int | None, max_tokens: int, key: str = ""
     ) -> tuple[Generation, Generation]:
-        """Both paths' generations for one prompt's tokens, each with its own sampling."""
-        base = self.baseline.generate(
-            tokens, sampling=self.config.sampling, seed=seed, max_tokens=max_tokens
-        )
-        spec = self.speculative.generate(
-            tokens,
-            sampling=self.config.for_path(speculative=True).sampling,
-            seed=seed,
-            max_tokens=max_tokens,
-        )
+        """Both paths' generations for one prompt's tokens, each with its own sampling. An
+        engine's failure is a `PathFailedError` naming the path, and whether the other path
+        answered the same request (the baseline runs first)."""
+        try:
+            base = self.baseline.generate(
+                tokens, sampling=self.config.sampling, seed=seed, max_tokens=max_tokens
+            )
+        except EngineError as exc:
+            raise _path_failed("baseline", key, exc, other_answered=False) from exc
+        try:
+            spec = self.speculative.generate(
+                tokens,
+                sampling=self.config.for_path(speculative=True).sampling,
+                seed=seed,
+                max_tokens=max_tokens,
+            )
+        except EngineError as exc:
+            raise _path_failed("speculative", key, exc, other_answered=True) from exc
         return base, spec
 
     def _run_item(self, item: PlanItem, tokens: list[int]) -> ResultRecord:
         """One prompt x seed through both paths, its evidence and (temp 0) its verdict."""
-        base, spec = self.generate_pair(tokens, seed=item.seed, max_tokens=item.max_tokens)
+        base, spec = self.generate_pair(
+            tokens, seed=item.seed, max_tokens=item.max_tokens, key=item.key
+        )
         comparison = compare(base, spec, token_text=self.baseline.token_text)
         extra: JSONDict = {}
         if item.prompt.grader is not None:  # graded where recorded: reports need no model
@@ -435,3 +458,25 @@ class Runner:
                 event=Control.SELF_DRAFT.value, ok=ok, detail=detail, extra={"acceptance": rate}
             )
         )
+
+
+def _path_failed(path: str, key: str, exc: EngineError, *, other_answered: bool) -> PathFailedError:
+    """The finding of one path's failure, and what the rerun does."""
+    if isinstance(exc, PathFailedError):
+        return exc
+    cause = str(exc)
+    where = f" on {key}" if key else ""
+    if other_answered:
+        finding = (
+            f"the speculative path failed{where}, where the baseline answered the same "
+            "request: a fault of the speculative deployment"
+        )
+    else:
+        finding = f"the baseline path failed{where}: not a finding about speculative decoding"
+    return PathFailedError(
+        f"{finding}. Its error: {cause} Every finished result is kept; what was not run is "
+        "inconclusive: restart the server and rerun with --resume to finish.",
+        path=path,
+        key=key,
+        cause=cause,
+    )

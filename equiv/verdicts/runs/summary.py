@@ -24,6 +24,7 @@ from equiv.records import (
     decode_rate,
     speedup,
 )
+from equiv.records import Control as RunControl
 from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.quality.paired import (
     DEFAULT_MARGIN_POINTS,
@@ -171,6 +172,8 @@ class Summary:
     divergence_rate: DivergenceRate | None = None
     # Temp > 0: the run's own answer from every prompt's evidence pooled (None: not sampled).
     run: RunJudgement | None = None
+    # A path that failed on a prompt no rerun has finished since (`RunControl.ENGINE_FAILURE`).
+    unfinished: EventRecord | None = None
 
     @property
     def quality_lines(self) -> list[str]:
@@ -192,7 +195,15 @@ class Summary:
     @property
     def verdict(self) -> Verdict:
         """The run's label: at temp > 0 the pooled answer (`run`), else the prompts' labels
-        by `RUN_PRECEDENCE` with, at temp 0, the divergence rate."""
+        by `RUN_PRECEDENCE` with, at temp 0, the divergence rate. A run a path's failure cut
+        short is inconclusive until a rerun finishes it."""
+        if self.unfinished is not None:
+            path = self.unfinished.extra.get("path", "a")
+            return Verdict(
+                Label.INCONCLUSIVE,
+                f"the run did not finish: the {path} path failed on {self.unfinished.key} "
+                "(control engine-failure); rerun with --resume",
+            )
         if self.run is not None:
             return self.run.verdict
         labels = [label for label, n in self.total.labels.items() for _ in range(n)]
@@ -253,6 +264,15 @@ def summarize(
         summary.suites.setdefault(record.suite, SuiteSummary(record.suite)).add(record)
         summary.total.add(record)
     summary.drift = run_drift(r.comparison.drift for r in results)
+    finished = {r.key for r in results}
+    summary.unfinished = next(
+        (
+            e
+            for e in summary.events
+            if e.event == RunControl.ENGINE_FAILURE.value and e.failed and e.key not in finished
+        ),
+        None,
+    )
     summary.divergence_rate = divergence_rate(results)
     recorded = next((r for r in runs if r.key == RUN_KEY), None)
     if recorded is not None:
