@@ -12,6 +12,9 @@ HTTP alone.
   server reported, the token is drawn again from that row's candidates at ``temp`` instead of the
   request's temperature (as a verifier that applies the temperature twice, or not at all, would);
   where the draw differs from the server's token, the server continues from there.
+- ``fail`` (a server that breaks mid-run): the first ``after`` generations pass unchanged, every
+  later one is answered HTTP 500 with llama-server's error shape and the message vLLM's CPU
+  build gave when its speculative engine died (``index 262144 is out of bounds ...``).
 
 Every other request (``/props``, ``/tokenize``, scoring requests with ``n_predict: 1``) passes
 through unchanged. The proxy rebuilds ``tokens``, ``completion_probabilities`` and ``content`` so
@@ -34,6 +37,9 @@ from equiv.errors import EngineError
 
 __all__ = ["FaultProxy"]
 
+_FAULTS = (None, "swap", "greedy", "wrong_temp", "fail")
+_FAILURE = "index 262144 is out of bounds for dimension 1 with size 262144"
+
 
 class FaultProxy:
     """``FaultProxy(upstream, fault="swap" | "greedy" | "wrong_temp" | None)``; ``url`` once
@@ -47,16 +53,19 @@ class FaultProxy:
         rate: float = 0.5,
         min_gap: float = 2.0,
         temp: float = 0.4,
+        after: int = 0,
     ) -> None:
-        if fault not in (None, "swap", "greedy", "wrong_temp"):
-            raise ValueError(f"fault {fault!r} is not one of None, 'swap', 'greedy', 'wrong_temp'")
+        if fault not in _FAULTS:
+            raise ValueError(f"fault {fault!r} is not one of {_FAULTS}")
         parts = urlsplit(upstream)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.fault = fault
         self.rate = rate
         self.min_gap = min_gap
         self.temp = temp
-        self.faults = 0  # tokens replaced so far
+        self.after = after
+        self.generations = 0  # generation requests seen
+        self.faults = 0  # tokens replaced (or, for fail, requests refused) so far
         self._lock = threading.Lock()
         proxy = self
 
@@ -115,6 +124,14 @@ class FaultProxy:
         generation = path == "/completion" and int(request.get("n_predict", 0)) > 1
         if self.fault is None or not generation:
             return self._forward("POST", path, raw)
+        if self.fault == "fail":
+            with self._lock:
+                self.generations += 1
+                if self.generations <= self.after:
+                    return self._forward("POST", path, raw)
+                self.faults += 1
+            error = {"code": 500, "type": "server_error", "message": _FAILURE}
+            return 500, json.dumps({"error": error}).encode()
         answer = self._corrupt(request)
         return 200, json.dumps(answer).encode()
 

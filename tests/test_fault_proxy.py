@@ -10,6 +10,7 @@ sampler at the wrong temperature).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from fault_proxy import FaultProxy
 from llama_server import prompts, server_bin
 
+from equiv.cli.main import main
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.server.engine import ServerEngine
@@ -78,6 +80,35 @@ def test_a_relaxed_acceptance_at_temp0_is_a_sampler_bug_over_http(model_pair, se
     for record in bugs:
         ev = verdict_of(record).evidence
         assert ev["gap_single"] > ev["drift_bound"]["bound"]
+
+
+def test_a_speculative_server_that_fails_mid_run_is_a_finding_and_keeps_what_finished(
+    model_pair, servers, tmp_path, capsys
+):
+    """Through the command line: the speculative server answers the first generation, then
+    HTTP 500 (as vLLM's CPU build did). Exit 6 naming the path; the finished result, the failure
+    as a control, and a summary and report of what finished are all on disk."""
+    out = tmp_path / "run"
+    with FaultProxy(servers[1], fault="fail", after=1) as proxy:
+        argv = ["run", "--engine", "server", "--target", model_pair.target.path]
+        argv += ["--baseline-url", servers[0], "--speculative-url", proxy.url]
+        argv += ["--max-tokens", "8", "--out", str(out)]
+        code = main([*argv, "--prompt", TEMP0_PROMPTS[0], "--prompt", TEMP0_PROMPTS[1]])
+        assert proxy.faults == 1
+    err = capsys.readouterr().err
+    assert code == 6, err
+    assert f"the speculative path failed on {TEMP0_PROMPTS[1]}::temp0" in err
+    assert "where the baseline answered the same request" in err
+    assert "out of bounds" in err  # the server's own message
+    assert "Traceback" not in err
+    results = ResultsFile(out / "results.jsonl")
+    assert [r.key for r in results.results()] == [f"{TEMP0_PROMPTS[0]}::temp0"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdict"]["label"] == "inconclusive"
+    assert "the run did not finish" in summary["verdict"]["reason"]
+    failed = [c for c in summary["controls"] if not c["ok"]]
+    assert [c["event"] for c in failed] == ["engine-failure"], summary["controls"]
+    assert "engine-failure" in (out / "report.html").read_text()
 
 
 def _sampling_labels(model_pair, servers, tmp_path, fault: str, **kwargs: float):

@@ -18,20 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from equiv import __version__
+from equiv.cli.run import EXIT_INTERRUPTED, cmd_run, warn_unreadable
 from equiv.errors import DiskFullError, EquivError, ResultsError
-from equiv.options.build import build_config
-from equiv.options.table import (
-    OptionValue,
-    OptionValues,
-    add_arguments,
-    given,
-    shared,
-)
+from equiv.options.table import add_arguments, shared
 
 __all__ = ["main"]
-
-EXIT_CONTROL_FAILED = 1
-EXIT_INTERRUPTED = 130
 
 
 def _sub(
@@ -219,133 +210,6 @@ def _add_minimize(sub: Any) -> None:
     mini.add_argument("--out", metavar="FILE", help="suite file (default: beside the results)")
 
 
-def _results_dir(out: str | None, resume: bool) -> Path:
-    if out:
-        return Path(out)
-    reports = Path("reports")
-    if resume:
-        runs = sorted(p.parent for p in reports.glob("*/results.jsonl"))
-        if not runs:
-            raise EquivError("--resume: no earlier run under reports/; pass --out DIR")
-        return runs[-1]
-    return reports / time.strftime("%Y%m%d-%H%M%S")
-
-
-def _cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    values: dict[str, OptionValue] = vars(args)
-    sweep = values.get("sweep_draft_max")
-    if not sweep:
-        return _run_once(values, argv, _results_dir(args.out, args.resume), args.resume)[0]
-    from equiv.report.terminal import print_sweep
-
-    base = _results_dir(args.out, args.resume)
-    rows = []
-    for n in _int_list(str(sweep)):
-        code, summary = _run_once(
-            {**values, "draft_max": n, "json": False, "stderr": args.json},
-            argv,
-            base / f"draft-max-{n}",
-            args.resume,
-        )
-        if summary is None:
-            return code
-        rows.append((n, summary))
-    print_sweep(rows, _console(bool(args.json)))
-    if args.json:  # each draft-max value's summary.json, in one object
-        from equiv.report.summary_json import strict_json, summary_of
-
-        runs = {str(n): summary_of(base / f"draft-max-{n}" / "results.jsonl") for n, _ in rows}
-        data = {"sweep": "draft_max", "runs": {n: r.to_dict() for n, r in runs.items()}}
-        sys.stdout.write(strict_json(data))
-    return 0
-
-
-def _console(json_out: bool) -> Any:
-    """Where the human-readable summary goes: stderr when stdout carries JSON; a pipe or a log
-    gets 80 columns, which the summary table is made to fit."""
-    from rich.console import Console
-
-    if json_out:
-        return Console(stderr=True, highlight=False)
-    return Console(highlight=False) if sys.stdout.isatty() else Console(width=80, highlight=False)
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise EquivError(
-            f"--sweep-draft-max {text!r}: give whole numbers, e.g. 1,2,4,8,16"
-        ) from None
-    if not values or min(values) < 1:
-        raise EquivError(f"--sweep-draft-max {text!r}: give values >= 1, e.g. 1,2,4,8,16")
-    return values
-
-
-def _run_once(
-    values: OptionValues, argv: Sequence[str], out: Path, resume: bool
-) -> tuple[int, Any]:
-    import resource
-
-    from rich.console import Console
-
-    from equiv.cli.progress import Progress
-    from equiv.engines.server.settings import speculative_url
-    from equiv.report import write_report
-    from equiv.report.summary_json import write_summary
-    from equiv.report.terminal import print_prompts, print_summary
-    from equiv.run.execute import run_plan
-    from equiv.run.lock import check_out_dir
-    from equiv.run.plan import plan, select_prompts
-
-    console = Console(stderr=True)
-    check_out_dir(out)  # before any model loads
-    _warn_unreadable(out / "results.jsonl")
-    config, pair = build_config(values, workdir=out)
-    prompts = select_prompts(config.suites, given(values.get("prompt")))
-    # Paths are text, not markup: a folder named "[q4]" must print as it is.
-    console.print(f"equiv {__version__}  target {pair.target.path}", markup=False)
-    url = speculative_url(config) if config.engine == "server" else None
-    drafted = f"the speculative server's own, at {url} (equiv loads no draft)" if url else None
-    console.print(
-        f"draft {drafted or f'{pair.draft.path} ({pair.draft.provenance})'}", markup=False
-    )
-    with Progress(console, total=len(plan(prompts, config))) as progress:
-        outcome = run_plan(
-            config, pair, prompts, out, resume=resume, argv=argv, on_result=progress.update
-        )
-        if outcome.summary is None:
-            progress.stop()
-    if outcome.summary is None:
-        console.print(
-            f"interrupted: {outcome.finished} finished result(s) kept in "
-            f"{outcome.results_path}; rerun with --resume --out {out} to continue",
-            markup=False,
-            style="yellow",
-        )
-        return EXIT_INTERRUPTED, None
-    summary = outcome.summary
-    json_out = bool(values.get("json"))
-    human = _console(json_out or bool(values.get("stderr")))  # stdout: JSON only
-    summary_path = write_summary(outcome.results_path)
-    report_path = write_report(outcome.results_path, out / "report.html")
-    if values.get("quiet"):
-        human.print(summary.conclusion, markup=False)
-        human.print(f"results: {outcome.results_path}", markup=False)
-    else:
-        print_summary(summary, human, results_path=outcome.results_path)
-    if values.get("verbose"):
-        print_prompts(outcome.results_path, human)
-    human.print(f"summary: {summary_path}", markup=False)
-    human.print(f"report: {report_path}", markup=False)
-    if not values.get("quiet"):
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        human.print(f"peak memory (RSS, both paths in one process): {peak:.0f} MiB")
-    if json_out:
-        sys.stdout.write(summary_path.read_text(encoding="utf-8"))
-    return (EXIT_CONTROL_FAILED if summary.failed_controls else 0), summary
-
-
 def _cmd_report(args: argparse.Namespace) -> int:
     from equiv.report import write_report
 
@@ -361,26 +225,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"report: {write_compare_report(comparison, out)}")
         return 0
     out = Path(args.output) if args.output else results.with_name("report.html")
-    _warn_unreadable(results)
+    warn_unreadable(results)
     print(f"report: {write_report(results, out, redact=args.redact)}")
     return 0
-
-
-def _warn_unreadable(path: Path) -> None:
-    """Say on stderr which lines of a results file cannot be read (the report lists them all)."""
-    from equiv.records import ResultsFile
-
-    if not path.is_file():
-        return
-    contents = ResultsFile(path).read()
-    if contents.problems:
-        first = contents.problems[0]
-        more = f" (and {contents.unreadable - 1} more)" if contents.unreadable > 1 else ""
-        print(
-            f"equiv: warning: {contents.unreadable} of {contents.lines} line(s) of {path} could "
-            f"not be read and are not counted: {first}{more}",
-            file=sys.stderr,
-        )
 
 
 def _cmd_check_draft(args: argparse.Namespace) -> int:
@@ -456,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            return _cmd_run(args, argv)
+            return cmd_run(args, argv)
         if args.command == "report":
             return _cmd_report(args)
         if args.command == "diagnose":

@@ -264,15 +264,7 @@ def summarize(
         summary.suites.setdefault(record.suite, SuiteSummary(record.suite)).add(record)
         summary.total.add(record)
     summary.drift = run_drift(r.comparison.drift for r in results)
-    finished = {r.key for r in results}
-    summary.unfinished = next(
-        (
-            e
-            for e in summary.events
-            if e.event == RunControl.ENGINE_FAILURE.value and e.failed and e.key not in finished
-        ),
-        None,
-    )
+    summary.unfinished = _unfinished(summary.events, {r.key for r in results})
     summary.divergence_rate = divergence_rate(results)
     recorded = next((r for r in runs if r.key == RUN_KEY), None)
     if recorded is not None:
@@ -291,6 +283,12 @@ def summarize(
         )
         summary.total.add_analysis(analysis)
     return summary
+
+
+def _unfinished(events: Iterable[EventRecord], finished: set[str]) -> EventRecord | None:
+    """The first path failure (`RunControl.ENGINE_FAILURE`) on a prompt with no result since."""
+    failures = (e for e in events if e.event == RunControl.ENGINE_FAILURE.value and e.failed)
+    return next((e for e in failures if e.key not in finished), None)
 
 
 def summarize_file(results: ResultsFile | ResultsContents) -> Summary:
