@@ -474,8 +474,8 @@ def _path_failed(path: str, key: str, exc: EngineError, *, other_answered: bool)
     else:
         finding = f"the baseline path failed{where}: not a finding about speculative decoding"
     return PathFailedError(
-        f"{finding}. Its error: {cause} Every finished result is kept; what was not run is "
-        "inconclusive: restart the server and rerun with --resume to finish.",
+        f"{finding}. Its error: {cause.rstrip('.')}. Every finished result is kept; what was not "
+        "run is inconclusive: restart the server and rerun with --resume to finish.",
         path=path,
         key=key,
         cause=cause,
