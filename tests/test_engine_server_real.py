@@ -233,7 +233,9 @@ def test_a_killed_server_keeps_finished_results_and_resume_continues(
         new = runner.run(items, resume=True)
     assert [r.key for r in new] == [items[1].key]
     assert ResultsFile(path).done_keys() == {item.key for item in items}
-    assert summarize_file(ResultsFile(path)).unfinished is None  # finished by the rerun
+    finished = summarize_file(ResultsFile(path))
+    assert finished.unfinished is None  # finished by the rerun: the failure stays, passed
+    assert not finished.failed_controls
 
 
 def test_equiv_run_with_server_bin_end_to_end(tmp_path):

@@ -52,15 +52,15 @@ def _faulty(probs, fault):
     return probs
 
 
-def _path(rng, logits, n, fault):
+def _path(rng, logits, n, fault, sampling=SAMPLING):
     tokens, rows, prev = [], [], 0
     for _ in range(n):
-        ids, probs = chain_distribution(logits[prev], tokens, SAMPLING)
+        ids, probs = chain_distribution(logits[prev], tokens, sampling)
         token = int(ids[rng.choice(ids.size, p=_faulty(probs, fault))])
         tokens.append(token)
         rows.append(logits[prev])
         prev = token
-    evidence = chain_evidence(np.asarray(rows), tokens, SAMPLING)
+    evidence = chain_evidence(np.asarray(rows), tokens, sampling)
     return PathSample(
         tokens=tuple(tokens),
         pits={"chain_pit": tuple(map(tuple, evidence.pits))},
@@ -70,7 +70,15 @@ def _path(rng, logits, n, fault):
 
 
 def simulate(
-    prompts, seeds, fault="none", *, tokens=32, faulty_prompts=None, base=0, placebo="none"
+    prompts,
+    seeds,
+    fault="none",
+    *,
+    tokens=32,
+    faulty_prompts=None,
+    base=0,
+    placebo="none",
+    sampling=SAMPLING,
 ):
     """``prompts`` simulated prompts x ``seeds`` samples; the fault on ``faulty_prompts`` of
     them (default: all); ``placebo`` samples the baseline path with a fault of its own."""
@@ -83,8 +91,8 @@ def simulate(
         out[key] = [
             Sample(
                 f"{key}::sampling::seed{s}",
-                _path(rng, logits, tokens, placebo),
-                _path(rng, logits, tokens, bad),
+                _path(rng, logits, tokens, placebo, sampling),
+                _path(rng, logits, tokens, bad, sampling),
             )
             for s in range(seeds)
         ]
@@ -215,12 +223,7 @@ def test_the_temperature_bound_weighs_the_top_token_where_the_records_allow():
     """At temperature 0.2 most of the information on λ sits in whether the top token was
     drawn: with its derivative recorded the interval is much narrower than from the normal
     scores alone, which files written before it still get."""
-    global SAMPLING
-    saved, SAMPLING = SAMPLING, SamplingConfig(temp=0.2)
-    try:
-        run = simulate(6, 16, tokens=24)
-    finally:
-        SAMPLING = saved
+    run = simulate(6, 16, tokens=24, sampling=SamplingConfig(temp=0.2))
 
     def width(r):
         pooled = pool(r, alpha=ALPHA, has_logits=True)

@@ -49,8 +49,14 @@ def test_a_path_that_failed_leaves_the_run_inconclusive_until_a_rerun_finishes_t
     assert cut.verdict.label is Label.INCONCLUSIVE
     assert "the speculative path failed on code/other" in cut.verdict.reason
     assert "--resume" in cut.verdict.reason
-    # the rerun wrote the prompt's result: the failure stays on record, the verdict is the run's
+    assert [e.event for e in cut.failed_controls] == ["engine-failure"]
+    # the rerun wrote the prompt's result: the failure stays on record, passed; the verdict is
+    # the run's own
     finished = summarize([record, dataclasses.replace(record, key="code/other")], [failure])
     assert finished.unfinished is None
     assert finished.verdict == summarize([record, record]).verdict
-    assert [e.event for e in finished.failed_controls] == ["engine-failure"]
+    assert finished.failed_controls == []
+    (settled,) = finished.events
+    assert settled.ok is True
+    assert settled.detail.startswith(failure.detail)
+    assert "A rerun has finished it since." in settled.detail

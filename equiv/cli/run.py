@@ -8,14 +8,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from equiv import __version__
-from equiv.errors import EquivError, PathFailedError
+from equiv.errors import EngineError, EquivError
 from equiv.options.build import build_config
 from equiv.options.table import OptionValue, OptionValues, given
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from equiv.verdicts.runs.summary import Summary
 
 __all__ = ["EXIT_CONTROL_FAILED", "EXIT_INTERRUPTED", "cmd_run", "warn_unreadable"]
@@ -65,7 +67,7 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 0
 
 
-def _console(json_out: bool) -> Any:
+def _console(json_out: bool) -> Console:
     """Where the human-readable summary goes: stderr when stdout carries JSON; a pipe or a log
     gets 80 columns, which the summary table is made to fit."""
     from rich.console import Console
@@ -89,7 +91,7 @@ def _int_list(text: str) -> list[int]:
 
 def _run_once(
     values: OptionValues, argv: Sequence[str], out: Path, resume: bool
-) -> tuple[int, Any]:
+) -> tuple[int, Summary | None]:
     from rich.console import Console
 
     from equiv.cli.progress import Progress
@@ -117,7 +119,7 @@ def _run_once(
             )
             if outcome.summary is None:
                 progress.stop()
-    except PathFailedError:
+    except EngineError:
         _write_what_finished(out / "results.jsonl", out, console)
         raise
     if outcome.summary is None:
@@ -133,7 +135,7 @@ def _run_once(
 
 def _print_outcome(
     values: OptionValues, summary: Summary, results: Path, out: Path
-) -> tuple[int, Any]:
+) -> tuple[int, Summary | None]:
     """A finished run's summary, report and terminal lines; the exit code and the summary."""
     import resource
 
@@ -162,15 +164,21 @@ def _print_outcome(
     return (EXIT_CONTROL_FAILED if summary.failed_controls else 0), summary
 
 
-def _write_what_finished(results: Path, out: Path, console: Any) -> None:
-    """A run a path's failure stopped: the summary and report of what finished, for the bug
-    report (its verdict says the run did not finish; the failure is a control)."""
+def _write_what_finished(results: Path, out: Path, console: Console) -> None:
+    """A run an engine's failure stopped: the summary and report of what finished, for the bug
+    report (a path's failure on a prompt is a failed control, and the verdict says the run did
+    not finish). A failure to write them is a warning: the engine's error is the one to report."""
     from equiv.report import write_report
     from equiv.report.summary_json import write_summary
 
-    if results.is_file():
+    if not results.is_file():
+        return
+    try:
         summary, report = write_summary(results), write_report(results, out / "report.html")
-        console.print(f"what finished: {summary}, {report}", markup=False)
+    except (EquivError, OSError) as exc:
+        console.print(f"could not write the summary of what finished: {exc}", markup=False)
+        return
+    console.print(f"what finished: {summary}, {report}", markup=False)
 
 
 def warn_unreadable(path: Path) -> None:

@@ -236,7 +236,8 @@ class ServerEngine:
     def _probe(self) -> Parsed:
         """One token with the run's own sampler and log-probability count: a setting the server
         refuses (vLLM: `refusal_fix`) stops the run before it starts, with the fix."""
-        sampling = self.config.sampling if self.config.mode is Mode.SAMPLING else None
+        own = self.config.for_path(speculative=self.path == "speculative").sampling
+        sampling = own if self.config.mode is Mode.SAMPLING else None
         token = self.prompt_tokens(Prompt("probe", "probe", text="Hi"))[-1]
         try:
             return self._complete([token], 1, sampling=sampling)

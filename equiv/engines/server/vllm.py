@@ -65,8 +65,9 @@ def refusal_fix(message: str, sampling: SamplingConfig, *, k: int, path: str) ->
     lowered = message.lower()
     if "logprob" in lowered:
         return (
-            f"equiv asks for {k} log-probabilities per token (on a sampling run's baseline the "
-            "sampler's whole --top-k, else 8); vLLM caps them at --max-logprobs (default 20): "
+            f"equiv asks for {k} log-probabilities per token (--top-k-record, or on a sampling "
+            "run's baseline the sampler's whole --top-k); vLLM caps them at --max-logprobs "
+            "(default 20): "
             f"restart both servers with --max-logprobs {k}"
         )
     if "min_p" in lowered or "speculative decoding" in lowered:

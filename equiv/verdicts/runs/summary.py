@@ -6,6 +6,7 @@ tokens and seconds); the rates (acceptance, tokens/s, speed-up) are taken from t
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -172,7 +173,7 @@ class Summary:
     divergence_rate: DivergenceRate | None = None
     # Temp > 0: the run's own answer from every prompt's evidence pooled (None: not sampled).
     run: RunJudgement | None = None
-    # A path that failed on a prompt no rerun has finished since (`RunControl.ENGINE_FAILURE`).
+    # The first path failure on a prompt no rerun has finished since (`RunControl.ENGINE_FAILURE`).
     unfinished: EventRecord | None = None
 
     @property
@@ -264,7 +265,10 @@ def summarize(
         summary.suites.setdefault(record.suite, SuiteSummary(record.suite)).add(record)
         summary.total.add(record)
     summary.drift = run_drift(r.comparison.drift for r in results)
-    summary.unfinished = _unfinished(summary.events, {r.key for r in results})
+    summary.events = _settled(summary.events, {r.key for r in results})
+    summary.unfinished = next(
+        (e for e in summary.events if e.event == RunControl.ENGINE_FAILURE.value and e.failed), None
+    )
     summary.divergence_rate = divergence_rate(results)
     recorded = next((r for r in runs if r.key == RUN_KEY), None)
     if recorded is not None:
@@ -285,10 +289,15 @@ def summarize(
     return summary
 
 
-def _unfinished(events: Iterable[EventRecord], finished: set[str]) -> EventRecord | None:
-    """The first path failure (`RunControl.ENGINE_FAILURE`) on a prompt with no result since."""
-    failures = (e for e in events if e.event == RunControl.ENGINE_FAILURE.value and e.failed)
-    return next((e for e in failures if e.key not in finished), None)
+def _settled(events: Iterable[EventRecord], finished: set[str]) -> list[EventRecord]:
+    """The events, each path failure (`RunControl.ENGINE_FAILURE`) on a prompt that a rerun has
+    finished since passing (it stays on record; the run no longer fails a control for it)."""
+    return [
+        dataclasses.replace(e, ok=True, detail=f"{e.detail} A rerun has finished it since.")
+        if e.event == RunControl.ENGINE_FAILURE.value and e.failed and e.key in finished
+        else e
+        for e in events
+    ]
 
 
 def summarize_file(results: ResultsFile | ResultsContents) -> Summary:
