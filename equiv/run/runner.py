@@ -462,8 +462,6 @@ class Runner:
 
 def _path_failed(path: str, key: str, exc: EngineError, *, other_answered: bool) -> PathFailedError:
     """The finding of one path's failure, and what the rerun does."""
-    if isinstance(exc, PathFailedError):
-        return exc
     cause = str(exc)
     where = f" on {key}" if key else ""
     if other_answered:

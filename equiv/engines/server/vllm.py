@@ -67,8 +67,7 @@ def refusal_fix(message: str, sampling: SamplingConfig, *, k: int, path: str) ->
         return (
             f"equiv asks for {k} log-probabilities per token (--top-k-record, or on a sampling "
             "run's baseline the sampler's whole --top-k); vLLM caps them at --max-logprobs "
-            "(default 20): "
-            f"restart both servers with --max-logprobs {k}"
+            f"(default 20): restart both servers with --max-logprobs {k}"
         )
     if "min_p" in lowered or "speculative decoding" in lowered:
         return (
