@@ -77,10 +77,20 @@ class Mode(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A GGUF file and where it came from (``bundled``, ``derived:<how>`` or ``user``)."""
+    """A GGUF file and where it came from (``bundled``, ``derived:<how>`` or ``user``), or the
+    model a running server serves (``served``: no file; the server says what it is)."""
 
     path: str
     provenance: str = "user"
+
+    @classmethod
+    def of_server(cls) -> ModelSpec:
+        """The model of a running server that equiv is given no file for."""
+        return cls(path="", provenance="served")
+
+    @property
+    def served(self) -> bool:
+        return self.provenance == "served"
 
     def to_dict(self) -> JSONDict:
         return dataclasses.asdict(self)
@@ -333,6 +343,8 @@ class RunConfig:
     @property
     def self_draft(self) -> bool:
         """The draft is the target file itself: a control whose acceptance must be ~1 at temp 0."""
+        if self.target.served or self.draft.served:
+            return False
         return Path(self.target.path).resolve() == Path(self.draft.path).resolve()
 
     def to_dict(self) -> JSONDict:

@@ -106,7 +106,9 @@ def _run_once(
     config, pair = build_config(values, workdir=out)
     prompts = select_prompts(config.suites, given(values.get("prompt")))
     # Paths are text, not markup: a folder named "[q4]" must print as it is.
-    console.print(f"equiv {__version__}  target {pair.target.path}", markup=False)
+    served = "the servers' own (equiv reads no model file)"
+    target = served if pair.target.served else pair.target.path
+    console.print(f"equiv {__version__}  target {target}", markup=False)
     url = speculative_url(config) if config.engine == "server" else None
     drafted = f"the speculative server's own, at {url} (equiv loads no draft)" if url else None
     console.print(

@@ -113,9 +113,12 @@ def derive_draft(source: ModelSpec, quant: str = DEFAULT_DRAFT_QUANT) -> ModelSp
 
 @dataclass(frozen=True)
 class ModelPair:
+    """The two models of a run and their vocabularies compared (None: the models are running
+    servers' own, and equiv reads no file of theirs)."""
+
     target: ModelSpec
     draft: ModelSpec
-    vocab: VocabReport
+    vocab: VocabReport | None
 
 
 def resolve_pair(
@@ -124,10 +127,12 @@ def resolve_pair(
     *,
     draft_quant: str = DEFAULT_DRAFT_QUANT,
     pair: str = DEFAULT_PAIR,
+    served_draft: bool = False,
 ) -> ModelPair:
     """The target and draft to compare: given paths, or a built-in pair (`BUILTIN_PAIRS`): the
     bundled default and a derived draft, the tiny recurrent ``hybrid`` pair, or the tiny ``mtp``
-    target (its own file as the draft: it drafts with its MTP head).
+    target (its own file as the draft: it drafts with its MTP head). ``served_draft``: a running
+    speculative server drafts with its own, so no draft is derived when none is given.
 
     Both files are checked as GGUF and their vocabularies compared by llama.cpp's rules before
     any weights are loaded.
@@ -152,6 +157,8 @@ def resolve_pair(
         target_spec = draft_spec = build_tiny_mtp_model(default_target(), cache_dir() / "tiny")
     else:
         target_spec = default_target() if target is None else _user_model(target, "target")
+        if draft is None and served_draft:
+            return ModelPair(target_spec, ModelSpec.of_server(), vocab=None)
         if draft is None:
             draft_spec = derive_draft(target_spec, draft_quant)
         else:

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from equiv.config import (
+    DEFAULT_PAIR,
     DraftConfig,
     Mode,
+    ModelSpec,
     RunConfig,
     SamplingConfig,
     Setting,
@@ -124,6 +126,25 @@ def _mode(v: OptionValues) -> Mode:
         ) from None
 
 
+def _pair(v: OptionValues, options: tuple[tuple[str, Setting], ...]) -> ModelPair:
+    """The models: the given or built-in pair; for running servers, whose models are their own,
+    the servers' draft unless --draft names its file, and no model file at all unless --target
+    names the target's."""
+    from equiv.models.pair import ModelPair, resolve_pair  # reads GGUF files: only when run
+
+    target, draft, name = maybe_text(v, "target"), maybe_text(v, "draft"), text(v, "pair")
+    served = False
+    if text(v, "engine").partition(":")[0] == "server" and name == DEFAULT_PAIR:
+        from equiv.engines.server.settings import reaches_running_servers
+
+        served = reaches_running_servers(dict(options))
+    if served and target is None and draft is None:
+        return ModelPair(ModelSpec.of_server(), ModelSpec.of_server(), vocab=None)
+    return resolve_pair(
+        target, draft, draft_quant=text(v, "draft_quant"), pair=name, served_draft=served
+    )
+
+
 def build_config(
     values: OptionValues, *, workdir: str | Path | None = None
 ) -> tuple[RunConfig, ModelPair]:
@@ -133,14 +154,8 @@ def build_config(
     chain = _checked_sampling(v)  # before any model file is read
     if text(v, "pair") == "mtp":
         v = {**v, "server_spec_type": _mtp_spec_type(v)}
-    from equiv.models.pair import resolve_pair  # reads GGUF files: only when a run is configured
-
-    pair = resolve_pair(
-        maybe_text(v, "target"),
-        maybe_text(v, "draft"),
-        draft_quant=text(v, "draft_quant"),
-        pair=text(v, "pair"),
-    )
+    options = engine_options(v, text(v, "engine"), workdir=workdir)
+    pair = _pair(v, options)
     mode = _mode(v)
     sampling = SamplingConfig(temp=0.0) if mode is Mode.TEMP0 else chain
     seeds: tuple[int, ...] = ()
@@ -170,7 +185,7 @@ def build_config(
         alpha=number(v, "alpha"),
         looks=integer(v, "looks"),
         quality_margin=number(v, "quality_margin"),
-        engine_options=engine_options(v, text(v, "engine"), workdir=workdir),
+        engine_options=options,
         spec_overrides=spec_overrides(v["spec"]),
         **extra,
     )

@@ -51,7 +51,7 @@ def open_runner(
     """A `Runner` over ``results_path`` with both engines of ``config.engine`` (or ``engines``,
     already built, to share), its header carrying the vocabulary check and the command line."""
     extra: JSONDict = {"argv": list(argv)}
-    if pair is not None:
+    if pair is not None and pair.vocab is not None:
         extra["vocab"] = pair.vocab.to_dict()
     factory = load_factory(config.engine) if engines is None else None
     return Runner(

@@ -80,10 +80,23 @@ class Parsed:
 
 
 def check_served_model(
-    facts: JSONObject, *, target: GGUFInfo, n_ctx: int, where: str, option: str
+    facts: JSONObject, *, target: GGUFInfo | None, n_ctx: int, where: str, option: str
 ) -> None:
     """Refuse a llama-server whose model file name, vocabulary size or context per slot (from
-    ``/props`` and ``/v1/models``) is not the configured target's."""
+    ``/props`` and ``/v1/models``) is not the configured target's (``target`` None: the model
+    is the server's own, and only the context is checked)."""
+    if target is not None:
+        _check_target(facts, target=target, where=where, option=option)
+    served_ctx = facts.get("n_ctx")
+    if served_ctx is not None and served_ctx != n_ctx:
+        raise ConfigError(
+            f"{where} has n_ctx {served_ctx} per slot, the run {n_ctx}; pass --n-ctx "
+            f"{served_ctx} (or restart the server with -c {n_ctx} x its slots) so both runs are "
+            "the same experiment"
+        )
+
+
+def _check_target(facts: JSONObject, *, target: GGUFInfo, where: str, option: str) -> None:
     served, wanted = PurePath(str(facts.get("model_path") or "")).name, PurePath(target.path).name
     if served and served != wanted:
         raise ConfigError(
@@ -95,13 +108,6 @@ def check_served_model(
         raise ConfigError(
             f"{where} has a vocabulary of {n_vocab} tokens, the configured target "
             f"{target.vocab_size}: not the same model; point {option} at a server of the target"
-        )
-    served_ctx = facts.get("n_ctx")
-    if served_ctx is not None and served_ctx != n_ctx:
-        raise ConfigError(
-            f"{where} has n_ctx {served_ctx} per slot, the run {n_ctx}; pass --n-ctx "
-            f"{served_ctx} (or restart the server with -c {n_ctx} x its slots) so both runs are "
-            "the same experiment"
         )
 
 

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import tempfile
 import time
@@ -27,13 +26,18 @@ from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities, RescoreCost
 from equiv.engines.server.api import (
     Parsed,
-    check_served_model,
     llama_body,
     openai_body,
     parse_llama,
     parse_openai,
 )
 from equiv.engines.server.http import HttpStatusError, JsonClient, normalize_url
+from equiv.engines.server.inspect import (
+    detect_api,
+    inspect_llama,
+    inspect_openai,
+    openai_vocab_size,
+)
 from equiv.engines.server.process import (
     ServerProcess,
     detect_flags,
@@ -47,7 +51,7 @@ from equiv.engines.server.settings import (
     ServerSettings,
     settings_for,
 )
-from equiv.engines.server.vllm import read_counters, refusal_fix, spec_counters
+from equiv.engines.server.vllm import read_counters, refusal_fix
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
@@ -103,17 +107,15 @@ class ServerEngine:
             alive=None if self._server is None else self._server.alive,
         )
         try:
-            self.api, props = self._detect_api()
-            self._facts = self._inspect_llama(props) if props else self._inspect_openai()
+            self._facts = self._inspect()
         except BaseException:
             self.close()
             raise
         self._rescorer: LlamaRescorer | OpenAIRescorer | None = None
         self._rescoring_how = "none: the server returns no token IDs"
         if self.api == "llama":
-            n_vocab = self._facts.get("n_vocab") or read_gguf_info(config.target.path).vocab_size
             self._rescorer = LlamaRescorer(
-                self.client, n_vocab=json_int(n_vocab), n_probs=rescore_candidates(config)
+                self.client, n_vocab=self._llama_vocab(), n_probs=rescore_candidates(config)
             )
             self._rescoring_how = "llama-server n_probs: forced decoding, batched one by one"
         elif self._facts.get("token_ids"):
@@ -148,90 +150,31 @@ class ServerEngine:
         )
         return self._server.url
 
-    def _detect_api(self) -> tuple[str, dict[str, Any] | None]:
-        """``("llama", props)`` for a llama-server, ``("openai", None)`` otherwise."""
-        api = self.settings.api
-        if api == "openai":
-            return api, None
-        props: Any = None
-        try:
-            props = self.client.get("/props")
-        except HttpStatusError:
-            if api == "llama":
-                raise
-        if isinstance(props, dict) and "default_generation_settings" in props:
-            return "llama", props
-        if api == "llama":
-            raise EngineError(
-                f"{self.url}/props is not llama-server's; pass --server-api openai for an "
-                "OpenAI-compatible server (vLLM, SGLang)"
-            )
-        return "openai", None
-
-    def _inspect_llama(self, props: dict[str, Any]) -> JSONDict:
-        settings = props.get("default_generation_settings", {})
-        models = self.client.get("/v1/models")
-        meta = (models.get("data") or [{}])[0].get("meta", {}) if isinstance(models, dict) else {}
-        facts: JSONDict = {
-            "api": "llama",
-            "model_path": props.get("model_path"),
-            "model_alias": props.get("model_alias"),
-            "n_ctx": settings.get("n_ctx"),
-            "total_slots": props.get("total_slots"),
-            "build_info": props.get("build_info"),
-            "chat_template": _sha(props.get("chat_template")),
-            "n_vocab": meta.get("n_vocab"),
-            "n_params": meta.get("n_params"),
-            "model_size": meta.get("size"),
-            "speculating": None if self._placebo() else self._speculating(),
-        }
-        target = read_gguf_info(self.config.target.path)
-        check_served_model(
-            facts, target=target, n_ctx=self.config.n_ctx, where=f"the {self.path} server at "
-            f"{self.url}", option=f"--{self.path}-url",
-        )  # fmt: skip
-        facts["target_sha256"] = target.sha256
-        facts["target_quant"] = target.quant
-        return facts
+    def _inspect(self) -> JSONDict:
+        """The API the server speaks (``self.api``) and its facts
+        (`equiv.engines.server.inspect`)."""
+        self.api, props = detect_api(self.client, self.settings.api)
+        if props is not None:
+            served = self.config.target.served
+            target = None if served else read_gguf_info(self.config.target.path)
+            return inspect_llama(
+                self.client, props, target=target, n_ctx=self.config.n_ctx, role=self.path,
+                placebo=self._placebo(),
+            )  # fmt: skip
+        facts = inspect_openai(
+            self.client, model=self.settings.model, role=self.path, placebo=self._placebo()
+        )
+        self.model = facts.model
+        probe = self._probe()
+        one_at_a_time = self.path == "speculative" and self.max_in_flight == 1
+        self._count_drafts = facts.has_counters and one_at_a_time  # their growth: exact
+        return {**facts.to_dict(), "token_ids": probe.ids_known}
 
     def _placebo(self) -> bool:
         """One server given for both paths: a placebo by the user's choice (nothing speculates,
         on purpose), so whether it speculates is not checked."""
         s = self.settings
         return bool(s.baseline_url) and s.baseline_url == s.speculative_url
-
-    def _speculating(self) -> bool | None:
-        """Whether llama-server built a speculative implementation: ``/slots`` says it per slot
-        (``"speculative"``); None where /slots is off (``--no-slots``) or does not say."""
-        try:
-            slots = self.client.get("/slots")
-        except HttpStatusError:
-            return None
-        if not isinstance(slots, list):
-            return None
-        said = [s["speculative"] for s in slots if isinstance(s, dict) and "speculative" in s]
-        return any(bool(v) for v in said) if said else None
-
-    def _inspect_openai(self) -> JSONDict:
-        models = self.client.get("/v1/models")
-        ids = [m.get("id") for m in models.get("data", [])] if isinstance(models, dict) else []
-        model = self.settings.model or (ids[0] if ids else None)
-        if not model or (ids and model not in ids):
-            raise ConfigError(
-                f"the {self.path} server at {self.url} serves models {ids}; pass --server-model "
-                "with one of them"
-            )
-        self.model = str(model)
-        probe = self._probe()
-        facts: JSONDict = {"api": "openai", "model": self.model, "models": ids}
-        facts["token_ids"] = probe.ids_known
-        page = self.client.get_text("/metrics")
-        if page is not None and "vllm:" in page:  # vLLM's page: its counters say it
-            counters = spec_counters(page)
-            facts["speculating"] = None if self._placebo() else counters is not None
-            one_at_a_time = self.path == "speculative" and self.max_in_flight == 1
-            self._count_drafts = counters is not None and one_at_a_time  # their growth: exact
-        return facts
 
     def _probe(self) -> Parsed:
         """One token with the run's own sampler and log-probability count: a setting the server
@@ -248,12 +191,29 @@ class ServerEngine:
             fix = refusal_fix(str(exc), sampling, k=self._n_probs(sampling), path=self.path)
             raise ConfigError(f"{exc}\n{fix}") from None
 
+    def _llama_vocab(self) -> int:
+        """The vocabulary size llama-server reports (``/v1/models``), else the target file's."""
+        n_vocab = self._facts.get("n_vocab")
+        if n_vocab is not None:
+            return json_int(n_vocab)
+        if self.config.target.served:
+            raise EngineError(
+                f"the {self.path} server at {self.url} reports no vocabulary size (n_vocab in "
+                "/v1/models); pass --target with its GGUF file"
+            )
+        return read_gguf_info(self.config.target.path).vocab_size
+
     def _openai_scorer(self) -> tuple[OpenAIRescorer | None, str]:
         """vLLM's prompt_logprobs or SGLang's /generate, whichever this server answers."""
-        try:
-            n_vocab = read_gguf_info(self.config.target.path).vocab_size
-        except (OSError, ValueError) as exc:
-            return None, f"none: the target's vocabulary size is unknown ({exc})"
+        if self.config.target.served:
+            n_vocab = openai_vocab_size(self.client, model=self.model)
+            if n_vocab is None:
+                return None, "none: the server does not say its vocabulary size"
+        else:
+            try:
+                n_vocab = read_gguf_info(self.config.target.path).vocab_size
+            except (OSError, ValueError) as exc:
+                return None, f"none: the target's vocabulary size is unknown ({exc})"
         probe = self.prompt_tokens(Prompt("probe", "probe", text="Hello there, world"))
         return detect_openai_scorer(
             self.client, model=self.model, probe=probe, n_vocab=n_vocab,
@@ -353,9 +313,8 @@ class ServerEngine:
                     n_probs=k, draft=draft,
                 )  # fmt: skip
                 answer = self.client.post("/completion", body)
-                return parse_llama(
-                    answer, url=f"{self.url}/completion", n_probs=k, pieces=self._token_bytes
-                )
+                pieces = None if self.config.target.served else self._token_bytes
+                return parse_llama(answer, url=f"{self.url}/completion", n_probs=k, pieces=pieces)
             body = openai_body(
                 prompt_tokens, model=self.model, sampling=sampling, seed=seed,
                 max_tokens=max_tokens, n_probs=k,
@@ -494,7 +453,3 @@ def rescore_candidates(config: RunConfig) -> int:
     when it has a top_k (then its probabilities are exact), and at least ``top_k_record``."""
     top_k = config.sampling.top_k
     return max(config.top_k_record, top_k if top_k > 0 else 0)
-
-
-def _sha(text: Any) -> str | None:
-    return hashlib.sha256(text.encode()).hexdigest()[:16] if isinstance(text, str) else None

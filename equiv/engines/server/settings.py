@@ -21,6 +21,7 @@ __all__ = [
     "APIS",
     "AUTO_CONCURRENCY",
     "ServerSettings",
+    "reaches_running_servers",
     "settings_for",
     "speculative_url",
 ]
@@ -142,12 +143,28 @@ def settings_for(config: RunConfig) -> ServerSettings:
     """The server settings of a run: its ``engine_options`` when they name servers, else the
     environment (`ServerSettings.from_env`)."""
     options = dict(config.engine_options)
-    if any(options.get(name) for name in _SERVER_OPTIONS):
+    if _names_servers(options):
         log_dir = options.get("log_dir")
         return ServerSettings.from_options(
             options, log_dir=None if log_dir is None else str(log_dir)
         )
     return ServerSettings.from_env()
+
+
+def reaches_running_servers(options: Mapping[str, Setting]) -> bool:
+    """Whether a run with these engine options (else the environment, as `settings_for`) is
+    given running servers' URLs rather than a binary to start: their models are then theirs."""
+    if _names_servers(options):
+        return not options.get("server_bin") and bool(
+            options.get("baseline_url") or options.get("speculative_url")
+        )
+    env = os.environ
+    urls = env.get("EQUIV_BASELINE_URL") or env.get("EQUIV_SPECULATIVE_URL")
+    return not env.get("EQUIV_SERVER_BIN") and bool(urls)
+
+
+def _names_servers(options: Mapping[str, Setting]) -> bool:
+    return any(options.get(name) for name in _SERVER_OPTIONS)
 
 
 def speculative_url(config: RunConfig) -> str | None:
