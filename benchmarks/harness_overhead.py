@@ -40,7 +40,7 @@ from equiv.models.pair import resolve_pair
 from equiv.prompts import load_suites
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
-from equiv.verdicts.quality import graders
+from equiv.verdicts.quality import graders, python_grader
 
 
 def _time_placebo(runner: Runner) -> list[float]:
@@ -117,7 +117,7 @@ def main() -> None:
             plain_times.append(time.perf_counter() - t0)
         runner.close()
     # Grading the last repetition's answers, once, with no answer graded before.
-    graders._run_tests.cache_clear()
+    python_grader._run_tests.cache_clear()
     original = {p.key: p for p in chosen}
     graded = [(original[r["suite"] + "/" + r["prompt_id"]], r) for r in records]
     graded = [(p, r) for p, r in graded if p.grader is not None]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from equiv.json_types import JSONDict, json_object
 from equiv.records import ResultRecord
-from equiv.verdicts.quality.graders import Grade, Outcome
+from equiv.verdicts.quality.grade import Grade, Outcome
 from equiv.verdicts.quality.pass_rates import (
     QUALITY_ALPHA,
     Difference,
