@@ -43,7 +43,7 @@ from equiv.verdicts.sampling.pooled import Design, PooledAnalysis, pool
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import MIN_POWER
 from equiv.verdicts.stats.sequential import Stopping
-from equiv.verdicts.temp0.classify import misconfiguration
+from equiv.verdicts.temp0.misconfiguration import misconfiguration
 
 __all__ = [
     "POOLED_SHARE",

@@ -48,7 +48,7 @@ from equiv.verdicts.sampling.analysis_record import (
     rejected,
 )
 from equiv.verdicts.stats import chi2_power, min_detectable_w
-from equiv.verdicts.temp0.classify import misconfiguration
+from equiv.verdicts.temp0.misconfiguration import misconfiguration
 from equiv.verdicts.verdict_evidence import BatchedFigures, PowerEvidence, SamplingEvidence
 
 __all__ = [

@@ -5,7 +5,8 @@ Rules (also in docs/verdicts.md, each with the evidence it needs):
 Misconfiguration first: when the two paths' fingerprints differ in anything that can change
 output (target file or quant, context or batch sizes, threads, flash attention, KV type, chat
 template, sampler settings, library version), the two runs were not the same experiment and every
-result is ``misconfiguration``, with each difference explained.
+result is ``misconfiguration``, with each difference explained
+(`equiv.verdicts.temp0.misconfiguration`).
 
 Temperature 0, at the first divergent position d (tokens a from the baseline, b from the
 speculative path). The target is evaluated over the baseline's first max(d + 1, 32) tokens one
@@ -33,16 +34,14 @@ Temperature > 0: `equiv.verdicts.sampling.verdict`, from comparisons with the pl
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from equiv.engines.base import FINGERPRINT_KEYS
 from equiv.errors import EngineError
-from equiv.json_types import JSONDict, JSONObject
+from equiv.json_types import JSONDict
 from equiv.records import Comparison, Generation
 from equiv.records.verdict import RUN_PRECEDENCE, Label, Verdict
 from equiv.verdicts.temp0.divergence_rate import DivergenceRate
@@ -53,6 +52,12 @@ from equiv.verdicts.temp0.drift_bound import (
     drift_bound,
     gap_movements,
     top_of,
+)
+from equiv.verdicts.temp0.misconfiguration import _WHY as _WHY  # read by tests/test_api.py
+from equiv.verdicts.temp0.misconfiguration import (
+    fingerprint_differences,
+    misconfiguration,
+    speculation_problem,
 )
 from equiv.verdicts.verdict_evidence import RescoredGaps, RunEvidence, Temp0Evidence
 
@@ -66,90 +71,8 @@ __all__ = [
 ]
 
 OWN_ARGMAX_TOL = 1e-4
-# Fingerprint keys that differ between the paths by design (named in the engine contract).
-_EXPECTED = set(FINGERPRINT_KEYS["by_design"])
-_WHY = {
-    "target_sha256": "the speculative path ran another target file; a different quant or model "
-    "is not the same experiment",
-    "target_quant": "the target quantization differs",
-    "n_ctx": "context sizes differ: a prompt that fits one may be truncated in the other",
-    "n_batch": "batch sizes differ: kernels and reduction orders change with them",
-    "n_ubatch": "micro-batch sizes differ: kernels and reduction orders change with them",
-    "n_threads": "thread counts differ: reduction orders change with them",
-    "flash_attn": "flash attention is on in one path only",
-    "kv_type": "KV cache types differ",
-    "chat_template": "the chat templates differ: the prompts were not the same tokens",
-    "sampling": "sampling parameters differ",
-    "seed_policy": "seed policies differ (llama-cpp-python's seed 0 means random)",
-    "llama_cpp_python": "library versions differ",
-    "system_info": "CPU features differ (other machines or builds)",
-}
 
 Rescorer = Callable[[Sequence[int], Sequence[int], bool], npt.NDArray[np.float32]]
-
-
-def fingerprint_differences(baseline: JSONObject, speculative: JSONObject) -> list[str]:
-    """Every output-relevant difference between the two paths' fingerprints, in plain words;
-    first a server that says it does (not) speculate against its path (`speculation_problem`)."""
-    out = [p for p in (speculation_problem(baseline, speculative),) if p]
-    for key in sorted(set(baseline) | set(speculative)):
-        if key in _EXPECTED or baseline.get(key) == speculative.get(key):
-            continue
-        a, b = baseline.get(key), speculative.get(key)
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            parts = [f"{k} {a.get(k)!r} vs {b.get(k)!r}" for k in sorted(a) if a.get(k) != b.get(k)]
-            detail = ", ".join(parts)
-        else:
-            detail = f"{a!r} vs {b!r}"
-        out.append(f"{key}: {detail} ({_WHY.get(key, 'settings differ')})")
-    return out
-
-
-def speculation_problem(baseline: JSONObject, speculative: JSONObject) -> str | None:
-    """The run compared no speculative decoding: the speculative server built none (llama-server
-    ``/slots`` ``"speculative": false``, e.g. ``-md`` without ``--spec-type`` on builds whose
-    default type is ``none``), or the baseline server speculates too."""
-    if speculative.get("speculating") is False and speculative.get("api") == "openai":
-        return (
-            "speculating: the speculative server does not speculate: its /metrics export no "
-            "vllm:spec_decode counters, which vLLM creates only for a --speculative-config, so "
-            "both paths ran plain decoding and speculation was never checked: restart it with "
-            '--speculative-config (e.g. \'{"method": "ngram", "num_speculative_tokens": '
-            '4, "prompt_lookup_max": 4}\')'
-        )
-    if speculative.get("speculating") is False:
-        flags = speculative.get("draft_config")
-        written = flags.get("server_flags") if isinstance(flags, Mapping) else None
-        how = (
-            f" (started with {' '.join(map(str, written))})"
-            if isinstance(written, Sequence) and not isinstance(written, str) and written
-            else ""
-        )
-        return (
-            f"speculating: the speculative server does not speculate{how}: its /slots say "
-            '"speculative": false, so both paths ran plain decoding and speculation was never '
-            "checked; llama-server builds whose --spec-type defaults to none ignore -md alone: "
-            "add --spec-type draft-simple (or the type you meant)"
-        )
-    if baseline.get("speculating") is True:
-        if baseline.get("api") == "openai":
-            return (
-                "speculating: the baseline server speculates too (its /metrics export "
-                "vllm:spec_decode counters): start the baseline without --speculative-config"
-            )
-        return (
-            'speculating: the baseline server speculates too (its /slots say "speculative": '
-            "true): start the baseline without -md / --spec-type"
-        )
-    return None
-
-
-def misconfiguration(differences: Sequence[str], outputs: str) -> Verdict:
-    return Verdict(
-        Label.MISCONFIGURATION,
-        f"the two paths were not the same experiment ({outputs}): {differences[0]}",
-        {"differences": list(differences)},
-    )
 
 
 def _without_rows(
@@ -236,7 +159,7 @@ def classify_temp0(
 
 def _calibration_rows(
     baseline: Generation, d: int, rescore: Rescorer
-) -> tuple[npt.NDArray[np.floating[Any]], npt.NDArray[np.floating[Any]]]:
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
     """The target's single-token and batched rows over the baseline's first
     ``max(d + 1, CALIBRATION_POSITIONS)`` tokens: position d and the positions that calibrate
     what drift does to the gaps between candidates. Single-token rows are the baseline's own
@@ -325,8 +248,8 @@ def _calibrated(
 def _temp0_rule(
     at: Temp0Evidence,
     used: npt.NDArray[np.float32] | None,
-    single_rows: npt.NDArray[np.floating[Any]],
-    batched_rows: npt.NDArray[np.floating[Any]],
+    single_rows: npt.NDArray[np.float32],
+    batched_rows: npt.NDArray[np.float32],
     *,
     name: Callable[[int], str] = str,
 ) -> Verdict:
