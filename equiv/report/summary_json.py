@@ -11,7 +11,8 @@ from typing import Any
 
 from equiv.records import ResultsFile
 from equiv.report.json import finite
-from equiv.verdicts.runs.summary import RunSummary, run_summary, summarize_file
+from equiv.verdicts.runs.run_summary import RunSummary, run_summary
+from equiv.verdicts.runs.summary import summarize_file
 
 __all__ = ["SUMMARY_NAME", "strict_json", "summary_json", "summary_of", "write_summary"]
 

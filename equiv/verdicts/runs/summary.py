@@ -2,6 +2,7 @@
 
 They add up the figures of each `Generation` (`equiv.records.generation`: draft counts, decode
 tokens and seconds); the rates (acceptance, tokens/s, speed-up) are taken from the sums here.
+``summary.json``'s figures are taken from a `Summary` in `equiv.verdicts.runs.run_summary`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import dataclasses
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from equiv.json_types import JSONDict, json_float
 from equiv.records import (
@@ -33,28 +33,13 @@ from equiv.verdicts.quality.paired import (
     quality,
     samples_from_records,
 )
-from equiv.verdicts.quality.pass_rates import QUALITY_ALPHA, wilson
+from equiv.verdicts.quality.pass_rates import QUALITY_ALPHA
 from equiv.verdicts.runs.drift import RunDrift, run_drift
-from equiv.verdicts.sampling.pooled import PooledAnalysis
 from equiv.verdicts.sampling.run_verdict import RunJudgement, judge_results
 from equiv.verdicts.temp0.classify import run_verdict
 from equiv.verdicts.temp0.divergence_rate import DivergenceRate, divergence_rate
 
-__all__ = [
-    "SUMMARY_SCHEMA",
-    "Control",
-    "LabelRate",
-    "RunSummary",
-    "Speed",
-    "SuiteSummary",
-    "Summary",
-    "run_summary",
-    "summarize",
-    "summarize_file",
-]
-
-#: The version of summary.json's layout (`RunSummary.to_dict`).
-SUMMARY_SCHEMA = 1
+__all__ = ["SuiteSummary", "Summary", "summarize", "summarize_file"]
 
 
 @dataclass
@@ -246,21 +231,7 @@ def summarize(
     summary = Summary(events=list(events), differences=list(differences))
     results = list(records)
     analysed = list(analyses)
-    graded = samples_from_records(results)
-    by_mode = [
-        (True, [s for s in graded if s.seed is None]),
-        (False, [s for s in graded if s.seed is not None]),
-    ]
-    # A run "dropped" when either mode's answer does: with both modes graded, each answers at
-    # half the level (Bonferroni), so the run's drop has a false-alarm rate of QUALITY_ALPHA.
-    modes = [(temp0, samples) for temp0, samples in by_mode if any(s.usable for s in samples)]
-    alpha = QUALITY_ALPHA / max(len(modes), 1)
-    summary.quality = tuple(
-        q
-        for temp0, samples in modes
-        if (q := quality(samples, temp0=temp0, margin_points=quality_margin, alpha=alpha))
-        is not None
-    )
+    summary.quality = _quality(results, quality_margin)
     for record in results:
         summary.suites.setdefault(record.suite, SuiteSummary(record.suite)).add(record)
         summary.total.add(record)
@@ -289,6 +260,25 @@ def summarize(
     return summary
 
 
+def _quality(results: list[ResultRecord], margin_points: float) -> tuple[Quality, ...]:
+    """The quality of each mode whose graded prompts have a usable sample (temp 0 first)."""
+    graded = samples_from_records(results)
+    by_mode = [
+        (True, [s for s in graded if s.seed is None]),
+        (False, [s for s in graded if s.seed is not None]),
+    ]
+    # A run "dropped" when either mode's answer does: with both modes graded, each answers at
+    # half the level (Bonferroni), so the run's drop has a false-alarm rate of QUALITY_ALPHA.
+    modes = [(temp0, samples) for temp0, samples in by_mode if any(s.usable for s in samples)]
+    alpha = QUALITY_ALPHA / max(len(modes), 1)
+    return tuple(
+        q
+        for temp0, samples in modes
+        if (q := quality(samples, temp0=temp0, margin_points=margin_points, alpha=alpha))
+        is not None
+    )
+
+
 def _settled(events: Iterable[EventRecord], finished: set[str]) -> list[EventRecord]:
     """The events, each path failure (`RunControl.ENGINE_FAILURE`) on a prompt that a rerun has
     finished since passing (it stays on record; the run no longer fails a control for it)."""
@@ -312,124 +302,4 @@ def summarize_file(results: ResultsFile | ResultsContents) -> Summary:
         differences=header.differences if header is not None else (),
         quality_margin=json_float(config.get("quality_margin", DEFAULT_MARGIN_POINTS)),
         runs=contents.runs,
-    )
-
-
-# -- summary.json: the run's figures for a machine ---------------------------------------------
-@dataclass(frozen=True)
-class LabelRate:
-    """How many prompts got a label, their share, and its 95 % Wilson interval."""
-
-    label: str
-    count: int
-    rate: float
-    low: float
-    high: float
-
-
-@dataclass(frozen=True)
-class Control:
-    event: str
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class Speed:
-    """Decode speed of both paths (tokens/s after the first token) and the draft's figures."""
-
-    baseline_tps: float
-    speculative_tps: float
-    measured_speedup: float | None
-    predicted_speedup: float | None
-    acceptance: float | None
-    drafted: int
-    accepted: int
-    mean_accepted: float | None
-    cost_ratio: float | None
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What ``summary.json`` holds: a run's verdict and figures, without its per-prompt records.
-    Every figure comes from `Summary` (computed there once)."""
-
-    schema: int
-    label: str
-    reason: str
-    conclusion: str
-    prompts: int
-    labels: tuple[LabelRate, ...]
-    controls: tuple[Control, ...]
-    speed: Speed
-    drift: RunDrift | None
-    divergence_rate: DivergenceRate | None
-    differences: tuple[str, ...]
-    quality: tuple[str, ...]  # the quality line of each mode; empty without graded prompts
-    suites: tuple[tuple[str, int, float | None], ...]  # (suite, prompts, acceptance)
-    extra: tuple[tuple[str, Any], ...] = ()  # the caller's: results path, mode, command
-    pooled: PooledAnalysis | None = None  # temp > 0: the run's pooled tests and bounds
-
-    @property
-    def failed_controls(self) -> int:
-        return sum(not c.ok for c in self.controls)
-
-    def to_dict(self) -> JSONDict:
-        return {
-            "schema": self.schema,
-            **dict(self.extra),
-            "verdict": {"label": self.label, "reason": self.reason},
-            "conclusion": self.conclusion,
-            "prompts": self.prompts,
-            "labels": {x.label: x.count for x in self.labels},
-            "rates": {x.label: {"rate": x.rate, "low": x.low, "high": x.high} for x in self.labels},
-            "controls": [c.__dict__ for c in self.controls],
-            "failed_controls": self.failed_controls,
-            "speed": self.speed.__dict__,
-            "drift": None if self.drift is None else self.drift.to_dict(),
-            "divergence_rate": None
-            if self.divergence_rate is None
-            else self.divergence_rate.to_dict(),
-            "differences": list(self.differences),
-            "quality": list(self.quality),
-            "suites": [{"suite": s, "prompts": n, "acceptance": a} for s, n, a in self.suites],
-            "pooled": None if self.pooled is None else self.pooled.to_dict(),
-        }
-
-
-def run_summary(summary: Summary, **extra: Any) -> RunSummary:
-    """The summary.json figures of ``summary``; ``extra`` (plain JSON values) are kept as is."""
-    t, verdict = summary.total, summary.verdict
-    labels = []
-    for label in Label:
-        count = t.labels.get(label.value, 0)
-        interval = wilson(count, t.prompts, level=0.95)
-        rate = count / t.prompts if t.prompts else 0.0
-        labels.append(LabelRate(label.value, count, rate, interval.low, interval.high))
-    return RunSummary(
-        schema=SUMMARY_SCHEMA,
-        label=verdict.label.value,
-        reason=verdict.reason,
-        conclusion=summary.conclusion,
-        prompts=t.prompts,
-        labels=tuple(labels),
-        controls=tuple(Control(e.event, bool(e.ok), e.detail) for e in summary.events),
-        speed=Speed(
-            baseline_tps=t.baseline_tps,
-            speculative_tps=t.speculative_tps,
-            measured_speedup=t.measured_speedup,
-            predicted_speedup=t.predicted_speedup,
-            acceptance=t.acceptance,
-            drafted=t.drafted,
-            accepted=t.accepted,
-            mean_accepted=t.mean_accepted,
-            cost_ratio=t.cost_ratio,
-        ),
-        drift=summary.drift,
-        divergence_rate=summary.divergence_rate,
-        differences=tuple(summary.differences),
-        quality=tuple(summary.quality_lines) if summary.quality else (),
-        suites=tuple((s.suite, s.prompts, s.acceptance) for s in summary.suites.values()),
-        extra=tuple(extra.items()),
-        pooled=summary.run.pooled if summary.run is not None else None,
     )
