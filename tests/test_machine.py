@@ -8,7 +8,8 @@ import dataclasses
 from equiv.records import HeaderRecord
 from equiv.records.machine import SIMD_FLAGS, Machine
 from equiv.report.header import environment
-from equiv.verdicts.runs.compare import RunRecords, compare_runs, setup_differences
+from equiv.verdicts.runs.compare import RunRecords, compare_runs
+from equiv.verdicts.runs.setup_differences import setup_differences
 
 EPYC = Machine(cpu="AMD EPYC", arch="x86_64", cores=2, simd=("avx", "avx2", "fma"))
 XEON = Machine(

@@ -111,7 +111,7 @@ def test_compare_refuses_what_is_not_a_run(tmp_path, capsys):
 
 
 def test_long_header_values_are_cut_where_they_differ():
-    from equiv.verdicts.runs.compare import setup_differences
+    from equiv.verdicts.runs.setup_differences import setup_differences
 
     vnni = {"system_info": "CPU : SSE3 = 1 | AVX = 1 | AVX_VNNI = 1 | " + "X" * 80}
     plain = {"system_info": "CPU : SSE3 = 1 | AVX = 1 | " + "X" * 80}
