@@ -25,12 +25,8 @@ from equiv.engines import load_factory
 from equiv.engines.base import server_facts
 from equiv.engines.server.api import parse_llama, parse_openai, piece_id, rows_of_tokens
 from equiv.engines.server.engine import ServerEngine
-from equiv.engines.server.process import (
-    ServerProcess,
-    detect_flags,
-    free_port,
-    llama_server_argv,
-)
+from equiv.engines.server.llama_command import detect_flags, llama_server_argv
+from equiv.engines.server.process import ServerProcess, free_port
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import ConfigError, EngineError
 from equiv.options.build import engine_options
@@ -555,9 +551,9 @@ def test_parse_openai_refuses_an_answer_without_logprobs():
 
 
 def test_settings_need_a_binary_or_both_urls():
-    with pytest.raises(ConfigError, match="--server-bin PATH, or both"):
+    with pytest.raises(ConfigError, match="--server-bin PATH, --vllm-model DIR, or both"):
         ServerSettings(baseline_url="http://127.0.0.1:1")
-    with pytest.raises(ConfigError, match="cannot be combined"):
+    with pytest.raises(ConfigError, match="name the servers twice"):
         ServerSettings(server_bin="x", baseline_url="http://a", speculative_url="http://b")
     with pytest.raises(ConfigError, match="--server-concurrency 0"):
         ServerSettings(server_bin="x", concurrency=0)

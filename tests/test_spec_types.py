@@ -15,7 +15,7 @@ from test_engine_server import NEW_HELP, OLD_HELP, FakeServer, _json
 
 from equiv.config import ModelSpec, RunConfig
 from equiv.engines.server.engine import ServerEngine
-from equiv.engines.server.process import detect_flags, llama_server_argv, split_draft
+from equiv.engines.server.llama_command import detect_flags, llama_server_argv, split_draft
 from equiv.engines.server.settings import ServerSettings
 from equiv.engines.server.spec_types import INFERRED, build_types, chosen_types, reads_draft_file
 from equiv.errors import ConfigError
@@ -95,7 +95,7 @@ def test_an_ngram_server_gets_no_draft_and_its_flags_stay_the_speculative_ones(t
 
 
 def test_a_spec_type_for_a_running_server_is_refused():
-    with pytest.raises(ConfigError, match="--server-spec-type are flags for a llama-server"):
+    with pytest.raises(ConfigError, match="--server-spec-type is a flag of the llama-server"):
         ServerSettings(baseline_url="http://a", speculative_url="http://b", spec_type="ngram-mod")
 
 

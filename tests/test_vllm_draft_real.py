@@ -1,6 +1,7 @@
-"""equiv against real vLLM servers with a draft model: the bundled target plain on one core, and
-with the bundled Q4_0 draft (as a Hugging Face directory, scripts/build_vllm_cpu.sh) drafting for
-it on the other (`--speculative-config {"method": "draft_model", ...}`).
+"""equiv starting vLLM itself with a draft model: ``equiv run --vllm-model DIR --vllm-spec-config
+'{"method": "draft_model", ...}'`` starts the bundled target plain on one core, and with the
+bundled Q4_0 draft (both as Hugging Face directories, scripts/build_vllm_cpu.sh) drafting for it
+on the other, runs, and stops them.
 
 A module of its own so that its two servers start after tests/test_vllm_real.py's have stopped:
 two vLLM servers hold about 12 GiB, three would not fit beside the tests.
@@ -8,23 +9,18 @@ two vLLM servers hold about 12 GiB, three would not fit beside the tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from vllm_server import draft_model_config, temp0_records, vllm_pair
+from vllm_server import TEMP0_ARGS, check_temp0, draft_model_config, equiv_starts_vllm
+
+from equiv.records import ResultsFile
 
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """(baseline URL, draft-model speculative URL)."""
-    with vllm_pair(tmp_path_factory.mktemp("vllm-draft-logs"), draft_model_config()) as urls:
-        yield urls
-
-
-def test_temp0_with_a_draft_model_labels_each_divergence_from_rescored_rows(servers, tmp_path):
-    records = temp0_records(servers, tmp_path / "run")
+def test_equiv_starts_vllm_with_a_draft_model_and_labels_each_divergence(tmp_path):
+    out = tmp_path / "run"
+    proc = equiv_starts_vllm(draft_model_config(), out, *TEMP0_ARGS)
+    records = check_temp0(proc, out)
     for record in records:
         if not record.comparison.identical:  # judged on the target's re-scored rows
             assert "gap_single" in record.verdict.evidence, record.verdict.reason
@@ -32,3 +28,12 @@ def test_temp0_with_a_draft_model_labels_each_divergence_from_rescored_rows(serv
     accepted = sum(s.accepted for r in records for s in r.speculative.draft_steps)
     assert drafted > 0, "the draft model drafts on every request"
     assert 0 < accepted <= drafted  # the draft is the target requantized: it is often right
+    fingerprints = ResultsFile(out / "results.jsonl").header().fingerprints
+    baseline, speculative = fingerprints["baseline"], fingerprints["speculative"]
+    assert baseline["started_by_equiv"] is True
+    assert str(baseline["server_version"]).startswith("vLLM ")
+    assert baseline["server_argv"] == speculative["server_argv"]  # one setup on both paths
+    assert "--disable-hybrid-kv-cache-manager" in baseline["server_argv"]
+    own = speculative["draft_config"]["server_flags"]
+    assert own[0] == "--speculative-config"
+    assert "draft_model" in own[1]

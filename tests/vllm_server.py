@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from equiv.engines.server.process import free_port, log_tail
-from equiv.models.pair import cache_dir, default_target
+from equiv.models.pair import cache_dir
 from equiv.records import ResultRecord, ResultsFile
 
 VLLM_CPU = "0.32.0"  # scripts/build_vllm_cpu.sh's default
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+SHARED_FLAGS = "--dtype bfloat16 --enforce-eager"  # beside what equiv sets, on both paths
 
 # four code prompts (n-gram lookup finds something to draft) and a chat prompt (the chat template
 # the HF directory carries, BOS included: /tokenize refuses a chat without one)
@@ -33,6 +34,7 @@ PROMPTS = [
     "code/go_range_loop",
     "chat/capital_france",
 ]
+TEMP0_ARGS = ["--max-tokens", "16", *(arg for key in PROMPTS for arg in ("--prompt", key))]
 
 
 def vllm_root() -> Path:
@@ -67,8 +69,8 @@ def vllm_server(
     argv = [
         str(root / "venv" / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(root / "models" / "target"), "--served-model-name", "gemma",
-        "--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager",
-        "--max-num-seqs", "8", "--max-logprobs", "40", "--disable-hybrid-kv-cache-manager",
+        *SHARED_FLAGS.split(), "--max-model-len", "2048", "--max-num-seqs", "8",
+        "--max-logprobs", "40", "--disable-hybrid-kv-cache-manager",
         "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
     if speculative is not None:
@@ -116,25 +118,43 @@ def draft_model_config() -> dict[str, object]:
 def equiv_run(
     baseline: str, speculative: str, out: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    """``equiv run`` in URL mode against the two servers, as a user runs it."""
-    argv = [sys.executable, "-m", "equiv", "run", "--engine", "server", "--target"]
-    argv += [default_target().path, "--baseline-url", baseline, "--speculative-url", speculative]
+    """``equiv run`` in URL mode against the two servers, as a vLLM user runs it: no model file
+    (the servers' own model, its vocabulary found from the server)."""
+    argv = [sys.executable, "-m", "equiv", "run", "--engine", "server"]
+    argv += ["--baseline-url", baseline, "--speculative-url", speculative]
     argv += ["--out", str(out), *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
 
 
-def prompt_args(keys: list[str]) -> list[str]:
-    return [arg for key in keys for arg in ("--prompt", key)]
+def equiv_starts_vllm(
+    spec: dict[str, object], out: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``equiv run --vllm-model``: equiv starts both vLLM servers itself (the bundled target's
+    HF directory, the speculative one with ``spec``), with the flags the test servers get."""
+    root = vllm_root()
+    argv = [sys.executable, "-m", "equiv", "run", "--engine", "server"]
+    argv += ["--vllm-model", str(root / "models" / "target")]
+    argv += ["--vllm-python", str(root / "venv" / "bin" / "python")]
+    argv += ["--vllm-spec-config", json.dumps(spec), "--server-args", SHARED_FLAGS]
+    argv += ["--out", str(out), *args]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=1500, check=False, env=env)
 
 
 def temp0_records(servers: tuple[str, str], out: Path) -> list[ResultRecord]:
-    """``equiv run`` at temp 0 on `PROMPTS` (16 tokens) against the pair, checked as every
-    correct deployment must pass: the speculative server speculates and the baseline does not,
-    every prompt has a result, and a near-tie flipped under batched verification (numeric drift)
-    is the only difference allowed."""
-    proc = equiv_run(*servers, out, "--max-tokens", "16", *prompt_args(PROMPTS))
+    """``equiv run`` at temp 0 on `PROMPTS` (16 tokens) against the pair, checked by
+    `check_temp0`."""
+    return check_temp0(equiv_run(*servers, out, *TEMP0_ARGS), out)
+
+
+def check_temp0(proc: subprocess.CompletedProcess[str], out: Path) -> list[ResultRecord]:
+    """A temp-0 run on `PROMPTS` checked as every correct deployment must pass: the
+    speculative server speculates and the baseline does not, every prompt has a result, and a
+    near-tie flipped under batched verification (numeric drift) is the only difference
+    allowed."""
     assert proc.returncode == 0, proc.stderr  # 1 would be a failed control (determinism)
     assert "Traceback" not in proc.stderr
+    assert "target the servers' own (equiv reads no model file)" in proc.stderr
     results = ResultsFile(out / "results.jsonl")
     fingerprints = results.header().fingerprints
     assert fingerprints["speculative"]["speculating"] is True  # its /metrics counters exist

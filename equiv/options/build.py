@@ -127,17 +127,17 @@ def _mode(v: OptionValues) -> Mode:
 
 
 def _pair(v: OptionValues, options: tuple[tuple[str, Setting], ...]) -> ModelPair:
-    """The models: the given or built-in pair; for running servers, whose models are their own,
-    the servers' draft unless --draft names its file, and no model file at all unless --target
-    names the target's."""
+    """The models: the given or built-in pair; for servers whose models are their own (running
+    ones, or vLLM's from a model directory), the servers' draft unless --draft names its file,
+    and no model file at all unless --target names the target's."""
     from equiv.models.pair import ModelPair, resolve_pair  # reads GGUF files: only when run
 
     target, draft, name = maybe_text(v, "target"), maybe_text(v, "draft"), text(v, "pair")
     served = False
     if text(v, "engine").partition(":")[0] == "server" and name == DEFAULT_PAIR:
-        from equiv.engines.server.settings import reaches_running_servers
+        from equiv.engines.server.settings import servers_own_models
 
-        served = reaches_running_servers(dict(options))
+        served = servers_own_models(dict(options))
     if served and target is None and draft is None:
         return ModelPair(ModelSpec.of_server(), ModelSpec.of_server(), vocab=None)
     return resolve_pair(

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -38,13 +39,8 @@ from equiv.engines.server.inspect import (
     inspect_openai,
     openai_vocab_size,
 )
-from equiv.engines.server.process import (
-    ServerProcess,
-    detect_flags,
-    llama_server_argv,
-    log_tail,
-    split_draft,
-)
+from equiv.engines.server.llama_command import detect_flags, llama_server_argv, split_draft
+from equiv.engines.server.process import ServerProcess, log_tail
 from equiv.engines.server.rescore import LlamaRescorer
 from equiv.engines.server.scoring_openai import OpenAIRescorer, detect_openai_scorer
 from equiv.engines.server.settings import (
@@ -52,6 +48,13 @@ from equiv.engines.server.settings import (
     settings_for,
 )
 from equiv.engines.server.vllm import read_counters, refusal_fix
+from equiv.engines.server.vllm_command import (
+    drafts_with_model,
+    spec_config,
+    split_vllm_draft,
+    vllm_argv,
+    vllm_env,
+)
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
@@ -91,8 +94,13 @@ class ServerEngine:
         self._pieces: dict[int, str] = {}
         self._bos: list[int] | None = None
         self._count_drafts = False  # vLLM: a request's draft counts from /metrics
+        self._shared_argv: list[str] = []  # a started server's flags both paths share
+        self._draft_flags: list[str] = []  # ... and the speculative server's own
+        self._server_version: str | None = None
         if settings.server_bin:
             url = self._start_server(settings.server_bin)
+        elif settings.vllm_model:
+            url = self._start_vllm(settings.vllm_model)
         else:
             given = settings.speculative_url if speculative else settings.baseline_url
             assert given is not None
@@ -140,15 +148,35 @@ class ServerEngine:
             draft_extra=shlex.split(self.settings.draft_args),
             spec_type=self.settings.spec_type,
         )
-        log_dir = Path(self.settings.log_dir or tempfile.mkdtemp(prefix="equiv-server-"))
-        log_path = log_dir / f"llama-server-{self.path}.log"
-        self._flags = flags
-        self._argv = argv
-        self.drafts_from_file = "--model-draft" in split_draft(argv, flags)[1]
+        self._shared_argv, self._draft_flags = split_draft(argv, flags)
+        self._server_version = flags.version
+        self.drafts_from_file = "--model-draft" in self._draft_flags
         self._server = ServerProcess.start(
-            argv, log_path=log_path, timeout_s=self.settings.start_timeout_s
+            argv, log_path=self._log_path("llama-server"), timeout_s=self.settings.start_timeout_s
         )
         return self._server.url
+
+    def _start_vllm(self, model: str) -> str:
+        """Start vLLM on ``model`` for this path (`equiv.engines.server.vllm_command`)."""
+        s = self.settings
+        spec = spec_config(s.vllm_spec_config, self.config)
+        argv = vllm_argv(
+            s.vllm_python or sys.executable, model, self.config,
+            speculative=self.path == "speculative", slots=self.max_in_flight,
+            logprobs=rescore_candidates(self.config), spec=spec,
+            extra=shlex.split(s.extra_args), draft_extra=shlex.split(s.draft_args),
+        )  # fmt: skip
+        self._shared_argv, self._draft_flags = split_vllm_draft(argv)
+        self.drafts_from_file = drafts_with_model(spec)
+        self._server = ServerProcess.start(
+            argv, log_path=self._log_path("vllm"), timeout_s=max(s.start_timeout_s, 900.0),
+            name="vLLM", env=vllm_env(self.path == "speculative"),
+        )  # fmt: skip
+        return self._server.url
+
+    def _log_path(self, server: str) -> Path:
+        log_dir = Path(self.settings.log_dir or tempfile.mkdtemp(prefix="equiv-server-"))
+        return log_dir / f"{server}-{self.path}.log"
 
     def _inspect(self) -> JSONDict:
         """The API the server speaks (``self.api``) and its facts
@@ -165,6 +193,10 @@ class ServerEngine:
             self.client, model=self.settings.model, role=self.path, placebo=self._placebo()
         )
         self.model = facts.model
+        if self.settings.vllm_model:  # the vLLM equiv started: its version, as llama-server's
+            version = self.client.get("/version")
+            if isinstance(version, dict) and version.get("version"):
+                self._server_version = f"vLLM {version['version']}"
         probe = self._probe()
         one_at_a_time = self.path == "speculative" and self.max_in_flight == 1
         self._count_drafts = facts.has_counters and one_at_a_time  # their growth: exact
@@ -418,17 +450,15 @@ class ServerEngine:
             "sampler_chain": "penalties,top_k,typ_p,top_p,min_p,temperature,dist",
             "alternatives": "top-k log-probabilities of the raw logits row (not logits)",
         }
-        draft_flags: list[str] = []
         if self._server is not None:
-            shared, draft_flags = split_draft(self._argv, self._flags)
-            fp.update(server_version=self._flags.version, server_argv=shared)
+            fp.update(server_version=self._server_version, server_argv=self._shared_argv)
         if self.path == "speculative":
             draft_config = fp["draft_config"] = cfg.draft_config.to_dict()
-            if "--model-draft" in draft_flags:  # the draft equiv gave it (a URL's is unknown)
+            if "--model-draft" in self._draft_flags:  # the draft equiv gave llama-server
                 draft = read_gguf_info(cfg.draft.path)
                 fp.update(draft_sha256=draft.sha256, draft_quant=draft.quant)
             if self._server is not None:
-                draft_config["server_flags"] = draft_flags
+                draft_config["server_flags"] = list(self._draft_flags)
         return fp
 
     def server_facts(self) -> JSONDict:

@@ -27,16 +27,39 @@ OPTIONS: tuple[Option, ...] = (
         engine="server",
     ),
     Option(
+        "vllm-model",
+        "--engine server: start vLLM servers for both paths from this Hugging Face model "
+        "directory, the speculative one with --vllm-spec-config",
+        metavar="DIR",
+        engine="server",
+    ),
+    Option(
+        "vllm-python",
+        "--engine server with --vllm-model: the Python that has vLLM installed (default: the "
+        "one running equiv)",
+        metavar="PATH",
+        engine="server",
+    ),
+    Option(
+        "vllm-spec-config",
+        "--engine server with --vllm-model: the speculative server's --speculative-config, as "
+        "JSON (default: n-gram lookup, --draft-max tokens a step; a draft model: "
+        '\'{"method": "draft_model", "model": "DIR", "num_speculative_tokens": 4}\')',
+        metavar="JSON",
+        engine="server",
+    ),
+    Option(
         "server-args",
-        "--engine server with --server-bin: more llama-server flags for both paths, quoted "
-        "(e.g. '-ngl 99 -ctk q8_0'; equiv sets model, context, slots, batch, threads, seed)",
+        "--engine server with --server-bin or --vllm-model: more server flags for both paths, "
+        "quoted (e.g. '-ngl 99 -ctk q8_0', or vLLM's '--dtype bfloat16'; equiv sets model, "
+        "context, slots, batch, threads, seed)",
         metavar="FLAGS",
         engine="server",
     ),
     Option(
         "server-draft-args",
-        "--engine server with --server-bin: more flags for the speculative server only "
-        "(e.g. '-ngld 99')",
+        "--engine server with --server-bin or --vllm-model: more flags for the speculative "
+        "server only (e.g. '-ngld 99')",
         metavar="FLAGS",
         engine="server",
     ),

@@ -21,7 +21,7 @@ __all__ = [
     "APIS",
     "AUTO_CONCURRENCY",
     "ServerSettings",
-    "reaches_running_servers",
+    "servers_own_models",
     "settings_for",
     "speculative_url",
 ]
@@ -32,14 +32,18 @@ APIS = ("auto", "llama", "openai")
 # (9 of 27 prompts, benchmarks/server_throughput.py). A bit-exact temp-0 comparison sends one
 # request at a time; sampling tests compare distributions and keep several in flight.
 AUTO_CONCURRENCY = {Mode.TEMP0: 1, Mode.SAMPLING: 4}
-_SERVER_OPTIONS = ("server_bin", "baseline_url", "speculative_url")
+_SERVER_OPTIONS = ("server_bin", "vllm_model", "baseline_url", "speculative_url")
 
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """Where the two paths' servers are, or the llama-server binary to start them from."""
+    """Where the two paths' servers are, or what to start them from: a llama-server binary, or
+    vLLM's model directory (and the Python that has vLLM)."""
 
     server_bin: str | None = None
+    vllm_model: str | None = None  # start vLLM servers of this model (--vllm-model)
+    vllm_python: str | None = None  # ... with this Python (None: the one running equiv)
+    vllm_spec_config: str | None = None  # the speculative one's --speculative-config (JSON)
     baseline_url: str | None = None
     speculative_url: str | None = None
     api: str = "auto"
@@ -55,17 +59,13 @@ class ServerSettings:
     spec_type: str | None = None  # its --spec-type (--server-spec-type; None: draft-simple)
 
     def __post_init__(self) -> None:
-        urls = (self.baseline_url, self.speculative_url)
-        if self.server_bin and any(urls):
+        self._check_sources()
+        if self.vllm_model:
+            self._check_vllm()
+        elif self.vllm_python or self.vllm_spec_config:
             raise ConfigError(
-                "--server-bin starts llama-server itself; it cannot be combined with "
-                "--baseline-url/--speculative-url: give one or the other"
-            )
-        if not self.server_bin and not all(urls):
-            raise ConfigError(
-                f"the server engine needs --server-bin PATH, or both --baseline-url and "
-                f"--speculative-url (got baseline {self.baseline_url!r}, speculative "
-                f"{self.speculative_url!r})"
+                "--vllm-python/--vllm-spec-config are for the vLLM servers equiv starts: give "
+                "--vllm-model DIR too, or set them on the running servers yourself"
             )
         if self.api not in APIS:
             raise ConfigError(f"--server-api {self.api!r} is not one of {', '.join(APIS)}")
@@ -76,11 +76,15 @@ class ServerSettings:
                 f"--server-concurrency {self.concurrency} must be >= 1 (default: 1 at temp 0, "
                 "4 in sampling mode)"
             )
-        if (self.extra_args or self.draft_args or self.spec_type) and not self.server_bin:
+        if (self.extra_args or self.draft_args) and not self.starts_servers:
             raise ConfigError(
-                "--server-args/--server-draft-args/--server-spec-type are flags for a "
-                "llama-server equiv starts: give --server-bin too, or set them on the running "
-                "servers yourself"
+                "--server-args/--server-draft-args are flags for a server equiv starts: give "
+                "--server-bin or --vllm-model too, or set them on the running servers yourself"
+            )
+        if self.spec_type and not self.server_bin:
+            raise ConfigError(
+                "--server-spec-type is a flag of the llama-server equiv starts: give "
+                "--server-bin too (vLLM's drafter: --vllm-spec-config)"
             )
         for name, text in (
             ("--server-args", self.extra_args),
@@ -92,6 +96,40 @@ class ServerSettings:
                 raise ConfigError(f"{name} {text!r} cannot be split into flags ({exc})") from None
         if self.timeout_s <= 0:
             raise ConfigError(f"--server-timeout {self.timeout_s} must be > 0 seconds")
+
+    def _check_sources(self) -> None:
+        """Exactly one of: a llama-server binary, a vLLM model, both URLs."""
+        urls = (self.baseline_url, self.speculative_url)
+        sources = {
+            "--server-bin": bool(self.server_bin),
+            "--vllm-model": bool(self.vllm_model),
+            "--baseline-url/--speculative-url": any(urls),
+        }
+        given = [name for name, named in sources.items() if named]
+        if len(given) > 1:
+            raise ConfigError(
+                f"{' and '.join(given)} name the servers twice: --server-bin starts llama-server, "
+                "--vllm-model starts vLLM, the URLs reach running servers; give one of them"
+            )
+        if not self.starts_servers and not all(urls):
+            raise ConfigError(
+                f"the server engine needs --server-bin PATH, --vllm-model DIR, or both "
+                f"--baseline-url and --speculative-url (got baseline {self.baseline_url!r}, "
+                f"speculative {self.speculative_url!r})"
+            )
+
+    def _check_vllm(self) -> None:
+        if self.api == "llama":
+            raise ConfigError("--vllm-model starts vLLM: use --server-api openai or auto")
+        if self.vllm_spec_config is not None:
+            from equiv.engines.server.vllm_command import parse_spec_config
+
+            parse_spec_config(self.vllm_spec_config)  # a ConfigError naming the value
+
+    @property
+    def starts_servers(self) -> bool:
+        """equiv starts both paths' servers (llama-server or vLLM), rather than reaching them."""
+        return bool(self.server_bin or self.vllm_model)
 
     @classmethod
     def from_options(
@@ -106,6 +144,9 @@ class ServerSettings:
         timeout, concurrency = values.get("server_timeout"), values.get("server_concurrency")
         return cls(
             server_bin=text("server_bin"),
+            vllm_model=text("vllm_model"),
+            vllm_python=text("vllm_python"),
+            vllm_spec_config=text("vllm_spec_config"),
             baseline_url=text("baseline_url"),
             speculative_url=text("speculative_url"),
             api=text("server_api") or "auto",
@@ -151,13 +192,13 @@ def settings_for(config: RunConfig) -> ServerSettings:
     return ServerSettings.from_env()
 
 
-def reaches_running_servers(options: Mapping[str, Setting]) -> bool:
-    """Whether a run with these engine options (else the environment, as `settings_for`) is
-    given running servers' URLs rather than a binary to start: their models are then theirs."""
+def servers_own_models(options: Mapping[str, Setting]) -> bool:
+    """Whether a run with these engine options (else the environment, as `settings_for`) takes
+    its models from the servers rather than from GGUF files equiv hands a llama-server: running
+    servers' URLs, or vLLM servers equiv starts from a model directory."""
     if _names_servers(options):
-        return not options.get("server_bin") and bool(
-            options.get("baseline_url") or options.get("speculative_url")
-        )
+        urls = options.get("baseline_url") or options.get("speculative_url")
+        return bool(options.get("vllm_model")) or (not options.get("server_bin") and bool(urls))
     env = os.environ
     urls = env.get("EQUIV_BASELINE_URL") or env.get("EQUIV_SPECULATIVE_URL")
     return not env.get("EQUIV_SERVER_BIN") and bool(urls)
