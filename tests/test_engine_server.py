@@ -1033,7 +1033,7 @@ def test_a_scoring_answer_for_another_prefix_is_refused(tiny_config, fake):
     ],
 )
 def test_a_malformed_scoring_answer_is_an_engine_error_naming_the_server(answer):
-    from equiv.engines.server.rescore import parse_scoring
+    from equiv.engines.server.rescore_answers import parse_scoring
 
     with pytest.raises(EngineError, match="http://s:1"):
         parse_scoring(answer, url="http://s:1", prefix_len=3, n_probs=2, single=True, wall_s=0.1)

@@ -20,7 +20,8 @@ from equiv.config import RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.base import RescoreCost, rescorer
 from equiv.engines.server.engine import ServerEngine
-from equiv.engines.server.rescore import BATCH_STRIDE, parse_scoring, scoring_body
+from equiv.engines.server.rescore import BATCH_STRIDE, scoring_body
+from equiv.engines.server.rescore_answers import parse_scoring
 from equiv.engines.server.settings import ServerSettings
 from equiv.errors import EngineError
 from equiv.json_types import json_object

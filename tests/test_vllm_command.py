@@ -9,7 +9,7 @@ import json
 import pytest
 
 from equiv.config import DraftConfig, ModelSpec, RunConfig
-from equiv.engines.server.settings import ServerSettings, servers_own_models
+from equiv.engines.server.settings import ServerSettings
 from equiv.engines.server.vllm_command import (
     parse_spec_config,
     spec_config,
@@ -106,8 +106,6 @@ def test_settings_refuse_a_vllm_model_beside_another_source_or_llama_flags():
 
 def test_a_vllm_run_reads_no_model_file(tmp_path):
     """vLLM serves a model directory: the pair is the servers' own, no GGUF is looked for."""
-    assert servers_own_models({"vllm_model": "/m"})
-    assert not servers_own_models({"server_bin": "/x"})
     values = {"engine": "server", "vllm_model": str(tmp_path)}
     config, pair = build_config(values, workdir=tmp_path)
     assert config.target.served

@@ -5,6 +5,7 @@ is read, the model pair resolved, engine options and speculative-path overrides 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,16 +134,23 @@ def _pair(v: OptionValues, options: tuple[tuple[str, Setting], ...]) -> ModelPai
     from equiv.models.pair import ModelPair, resolve_pair  # reads GGUF files: only when run
 
     target, draft, name = maybe_text(v, "target"), maybe_text(v, "draft"), text(v, "pair")
-    served = False
-    if text(v, "engine").partition(":")[0] == "server" and name == DEFAULT_PAIR:
-        from equiv.engines.server.settings import servers_own_models
-
-        served = servers_own_models(dict(options))
+    engine = text(v, "engine").partition(":")[0]
+    served = name == DEFAULT_PAIR and _servers_bring_models(dict(options), engine)
     if served and target is None and draft is None:
         return ModelPair(ModelSpec.of_server(), ModelSpec.of_server(), vocab=None)
     return resolve_pair(
         target, draft, draft_quant=text(v, "draft_quant"), pair=name, served_draft=served
     )
+
+
+def _servers_bring_models(options: dict[str, Setting], engine: str) -> bool:
+    """Whether the engine's options (else, where none names its servers, the environment they
+    name) point at servers that bring their own models (`Option.serves_models`)."""
+    naming = [o for o in run_options() if o.engine == engine and (o.env or o.serves_models)]
+    named = [o for o in naming if options.get(o.dest)]
+    if not named:
+        named = [o for o in naming if o.env and os.environ.get(o.env)]
+    return bool(named) and all(o.serves_models for o in named)
 
 
 def build_config(

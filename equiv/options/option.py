@@ -35,6 +35,11 @@ class Option:
     # llama.cpp's spellings of the same option, accepted by ``equiv run`` so a user pastes their
     # flags (``-c 4096 -t 8 -fa on``); the pytest plugin keeps to ``--equiv-<name>``.
     aliases: tuple[str, ...] = ()
+    # the environment variable the engine reads where no option of its own names its servers
+    env: str | None = None
+    # a value names servers that bring their own models (running servers, vLLM's directory):
+    # the run then reads no model file unless --target/--draft name one
+    serves_models: bool = False
 
     @property
     def dest(self) -> str:

@@ -25,6 +25,7 @@ OPTIONS: tuple[Option, ...] = (
         "--engine server: start llama-server from this binary",
         metavar="PATH",
         engine="server",
+        env="EQUIV_SERVER_BIN",
     ),
     Option(
         "vllm-model",
@@ -32,6 +33,7 @@ OPTIONS: tuple[Option, ...] = (
         "directory, the speculative one with --vllm-spec-config",
         metavar="DIR",
         engine="server",
+        serves_models=True,
     ),
     Option(
         "vllm-python",
@@ -77,12 +79,16 @@ OPTIONS: tuple[Option, ...] = (
         "--engine server: a running server for the baseline",
         metavar="URL",
         engine="server",
+        env="EQUIV_BASELINE_URL",
+        serves_models=True,
     ),
     Option(
         "speculative-url",
         "--engine server: a running server with a draft model",
         metavar="URL",
         engine="server",
+        env="EQUIV_SPECULATIVE_URL",
+        serves_models=True,
     ),
     Option(
         "server-api",

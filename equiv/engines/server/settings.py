@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from equiv.config import Mode, RunConfig, Setting
+from equiv.engines.server.options import OPTIONS
 from equiv.errors import ConfigError
 
 __all__ = [
     "APIS",
     "AUTO_CONCURRENCY",
     "ServerSettings",
-    "servers_own_models",
     "settings_for",
     "speculative_url",
 ]
@@ -33,6 +33,7 @@ APIS = ("auto", "llama", "openai")
 # request at a time; sampling tests compare distributions and keep several in flight.
 AUTO_CONCURRENCY = {Mode.TEMP0: 1, Mode.SAMPLING: 4}
 _SERVER_OPTIONS = ("server_bin", "vllm_model", "baseline_url", "speculative_url")
+_ENV = {opt.dest: opt.env for opt in OPTIONS if opt.env}  # EQUIV_SERVER_BIN, EQUIV_*_URL
 
 
 @dataclass(frozen=True)
@@ -168,9 +169,9 @@ class ServerSettings:
                 f"EQUIV_SERVER_CONCURRENCY={concurrency!r} is not a count; unset it or give e.g. 4"
             )
         return cls(
-            server_bin=env.get("EQUIV_SERVER_BIN"),
-            baseline_url=env.get("EQUIV_BASELINE_URL"),
-            speculative_url=env.get("EQUIV_SPECULATIVE_URL"),
+            server_bin=env.get(_ENV["server_bin"]),
+            baseline_url=env.get(_ENV["baseline_url"]),
+            speculative_url=env.get(_ENV["speculative_url"]),
             api=env.get("EQUIV_SERVER_API", "auto"),
             concurrency=None if concurrency is None else int(concurrency),
         )
@@ -190,18 +191,6 @@ def settings_for(config: RunConfig) -> ServerSettings:
             options, log_dir=None if log_dir is None else str(log_dir)
         )
     return ServerSettings.from_env()
-
-
-def servers_own_models(options: Mapping[str, Setting]) -> bool:
-    """Whether a run with these engine options (else the environment, as `settings_for`) takes
-    its models from the servers rather than from GGUF files equiv hands a llama-server: running
-    servers' URLs, or vLLM servers equiv starts from a model directory."""
-    if _names_servers(options):
-        urls = options.get("baseline_url") or options.get("speculative_url")
-        return bool(options.get("vllm_model")) or (not options.get("server_bin") and bool(urls))
-    env = os.environ
-    urls = env.get("EQUIV_BASELINE_URL") or env.get("EQUIV_SPECULATIVE_URL")
-    return not env.get("EQUIV_SERVER_BIN") and bool(urls)
 
 
 def _names_servers(options: Mapping[str, Setting]) -> bool:
