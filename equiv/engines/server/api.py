@@ -32,19 +32,16 @@ import re
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
 from typing import Any
 
 from equiv.config import DraftConfig, SamplingConfig
-from equiv.errors import ConfigError, EngineError
-from equiv.json_types import JSONDict, JSONObject
-from equiv.models.gguf import GGUFInfo
+from equiv.errors import EngineError
+from equiv.json_types import JSONDict
 from equiv.records import DraftStep, TokenAlternatives
 
 __all__ = [
     "LLAMA_SAMPLERS",
     "Parsed",
-    "check_served_model",
     "llama_body",
     "openai_body",
     "parse_llama",
@@ -77,38 +74,6 @@ class Parsed:
     t_decode_s: float | None
     draft_steps: tuple[DraftStep, ...]
     ids_known: bool
-
-
-def check_served_model(
-    facts: JSONObject, *, target: GGUFInfo | None, n_ctx: int, where: str, option: str
-) -> None:
-    """Refuse a llama-server whose model file name, vocabulary size or context per slot (from
-    ``/props`` and ``/v1/models``) is not the configured target's (``target`` None: the model
-    is the server's own, and only the context is checked)."""
-    if target is not None:
-        _check_target(facts, target=target, where=where, option=option)
-    served_ctx = facts.get("n_ctx")
-    if served_ctx is not None and served_ctx != n_ctx:
-        raise ConfigError(
-            f"{where} has n_ctx {served_ctx} per slot, the run {n_ctx}; pass --n-ctx "
-            f"{served_ctx} (or restart the server with -c {n_ctx} x its slots) so both runs are "
-            "the same experiment"
-        )
-
-
-def _check_target(facts: JSONObject, *, target: GGUFInfo, where: str, option: str) -> None:
-    served, wanted = PurePath(str(facts.get("model_path") or "")).name, PurePath(target.path).name
-    if served and served != wanted:
-        raise ConfigError(
-            f"{where} serves {served!r}, but the configured target is {wanted!r}; point {option} "
-            "at a server of the target, or pass --target for the model it serves"
-        )
-    n_vocab = facts.get("n_vocab")
-    if n_vocab is not None and n_vocab != target.vocab_size:
-        raise ConfigError(
-            f"{where} has a vocabulary of {n_vocab} tokens, the configured target "
-            f"{target.vocab_size}: not the same model; point {option} at a server of the target"
-        )
 
 
 def llama_body(

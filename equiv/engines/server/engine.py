@@ -3,22 +3,20 @@
 - llama.cpp's ``llama-server`` (``api="llama"``): ``/completion`` with the prompt as token IDs,
   ``n_probs``, ``seed``, ``return_tokens``, ``cache_prompt: false``; prompts tokenized by the server
   (``/tokenize``, ``/apply-template`` for chats); ``/props`` and ``/v1/models`` fingerprint it and
-  catch a server whose model or context is not the configured one. equiv starts both servers
-  (``--server-bin``) or uses running ones (``--baseline-url``/``--speculative-url``; settings in
-  `equiv.engines.server.settings`).
+  catch a server whose model or context is not the configured one.
+- equiv starts both servers (``--server-bin`` llama-server, ``--vllm-model`` vLLM:
+  `equiv.engines.server.start`) or uses running ones (``--baseline-url``/``--speculative-url``;
+  settings in `equiv.engines.server.settings`); what a server is, `equiv.engines.server.inspect`;
+  its tokenizer, `equiv.engines.server.tokenizer`.
 - any OpenAI-compatible server (``api="openai"``: vLLM, SGLang): ``/v1/completions`` with
   ``logprobs``. `Capabilities` says what HTTP cannot give (`equiv.engines.server.api` has details).
 """
 
 from __future__ import annotations
 
-import shlex
-import sys
-import tempfile
+import functools
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,22 +37,16 @@ from equiv.engines.server.inspect import (
     inspect_openai,
     openai_vocab_size,
 )
-from equiv.engines.server.llama_command import detect_flags, llama_server_argv, split_draft
-from equiv.engines.server.process import ServerProcess, log_tail
+from equiv.engines.server.process import log_tail
 from equiv.engines.server.rescore import LlamaRescorer
 from equiv.engines.server.scoring_openai import OpenAIRescorer, detect_openai_scorer
 from equiv.engines.server.settings import (
     ServerSettings,
     settings_for,
 )
+from equiv.engines.server.start import rescore_candidates, start_server
+from equiv.engines.server.tokenizer import ServerTokenizer
 from equiv.engines.server.vllm import read_counters, refusal_fix
-from equiv.engines.server.vllm_command import (
-    drafts_with_model,
-    spec_config,
-    split_vllm_draft,
-    vllm_argv,
-    vllm_env,
-)
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
@@ -88,19 +80,17 @@ class ServerEngine:
         self.settings = settings = settings or settings_for(config)
         self.path: str = PathName.SPECULATIVE if speculative else PathName.BASELINE
         self.max_in_flight = settings.in_flight(config.mode)  # prompts the runner keeps in flight
-        self._server: ServerProcess | None = None
         #: equiv.engines.base.SelfDrafting: a URL's drafter is unknown, taken to be a draft file
         self.drafts_from_file = True
-        self._pieces: dict[int, str] = {}
-        self._bos: list[int] | None = None
         self._count_drafts = False  # vLLM: a request's draft counts from /metrics
-        self._shared_argv: list[str] = []  # a started server's flags both paths share
-        self._draft_flags: list[str] = []  # ... and the speculative server's own
-        self._server_version: str | None = None
-        if settings.server_bin:
-            url = self._start_server(settings.server_bin)
-        elif settings.vllm_model:
-            url = self._start_vllm(settings.vllm_model)
+        self._started = start_server(
+            config, settings, speculative=speculative, slots=self.max_in_flight
+        )
+        self._server = None if self._started is None else self._started.process
+        self._server_version = None if self._started is None else self._started.version
+        if self._started is not None:
+            url = self._started.process.url
+            self.drafts_from_file = self._started.drafts_from_file
         else:
             given = settings.speculative_url if speculative else settings.baseline_url
             assert given is not None
@@ -135,49 +125,7 @@ class ServerEngine:
             token_ids=bool(self._facts.get("token_ids", True)),
         )
 
-    # -- starting and inspecting the server --------------------------------------------------
-    def _start_server(self, binary: str) -> str:
-        flags = detect_flags(binary)
-        argv = llama_server_argv(
-            str(Path(binary).expanduser().resolve()),  # "./llama-server" stays a path
-            flags,
-            self.config,
-            speculative=self.path == "speculative",
-            slots=self.max_in_flight,
-            extra=shlex.split(self.settings.extra_args),
-            draft_extra=shlex.split(self.settings.draft_args),
-            spec_type=self.settings.spec_type,
-        )
-        self._shared_argv, self._draft_flags = split_draft(argv, flags)
-        self._server_version = flags.version
-        self.drafts_from_file = "--model-draft" in self._draft_flags
-        self._server = ServerProcess.start(
-            argv, log_path=self._log_path("llama-server"), timeout_s=self.settings.start_timeout_s
-        )
-        return self._server.url
-
-    def _start_vllm(self, model: str) -> str:
-        """Start vLLM on ``model`` for this path (`equiv.engines.server.vllm_command`)."""
-        s = self.settings
-        spec = spec_config(s.vllm_spec_config, self.config)
-        argv = vllm_argv(
-            s.vllm_python or sys.executable, model, self.config,
-            speculative=self.path == "speculative", slots=self.max_in_flight,
-            logprobs=rescore_candidates(self.config), spec=spec,
-            extra=shlex.split(s.extra_args), draft_extra=shlex.split(s.draft_args),
-        )  # fmt: skip
-        self._shared_argv, self._draft_flags = split_vllm_draft(argv)
-        self.drafts_from_file = drafts_with_model(spec)
-        self._server = ServerProcess.start(
-            argv, log_path=self._log_path("vllm"), timeout_s=max(s.start_timeout_s, 900.0),
-            name="vLLM", env=vllm_env(self.path == "speculative"),
-        )  # fmt: skip
-        return self._server.url
-
-    def _log_path(self, server: str) -> Path:
-        log_dir = Path(self.settings.log_dir or tempfile.mkdtemp(prefix="equiv-server-"))
-        return log_dir / f"{server}-{self.path}.log"
-
+    # -- inspecting the server ---------------------------------------------------------------
     def _inspect(self) -> JSONDict:
         """The API the server speaks (``self.api``) and its facts
         (`equiv.engines.server.inspect`)."""
@@ -253,71 +201,17 @@ class ServerEngine:
         )  # fmt: skip
 
     # -- prompts -----------------------------------------------------------------------------
+    @functools.cached_property
+    def _tokenizer(self) -> ServerTokenizer:
+        """The server's own tokenizer (`equiv.engines.server.tokenizer`), once its API and
+        model are known."""
+        return ServerTokenizer(self.client, api=self.api, model=getattr(self, "model", None))
+
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
-        if self.api == "openai":  # vLLM's /tokenize; "content"/"add_special": llama-server's
-            body: JSONDict = {"model": self.model, "add_special_tokens": True}
-            if prompt.messages is None:
-                body.update(prompt=prompt.text, content=prompt.text, add_special=True)
-            else:
-                body["messages"] = [{"role": r, "content": c} for r, c in prompt.messages]
-                body["add_generation_prompt"] = True
-                body["add_special_tokens"] = False
-            ids = [int(t) for t in self._tokens(self.client.post("/tokenize", body))]
-            if not ids:
-                raise EngineError(
-                    f"{self.url}/tokenize returned no tokens for prompt {prompt.key!r}; for "
-                    "llama-server use --server-api llama (its /tokenize takes no chat messages)"
-                )
-            return ids
-        if prompt.messages is None:
-            return self._tokenize(str(prompt.text), add_special=True, parse_special=False)
-        messages = [{"role": r, "content": c} for r, c in prompt.messages]
-        rendered = self.client.post("/apply-template", {"messages": messages}).get("prompt")
-        if not isinstance(rendered, str):
-            raise EngineError(f"{self.url}/apply-template returned no prompt for {prompt.key!r}")
-        ids = self._tokenize(rendered, add_special=False, parse_special=True)
-        if self._bos is None:  # what the vocabulary adds: [BOS] or nothing
-            self._bos = self._tokenize("", add_special=True, parse_special=False)
-        if self._bos and (not ids or ids[0] != self._bos[0]):
-            ids.insert(0, self._bos[0])  # exactly one BOS, as the in-process engine
-        return ids
-
-    def _tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        body: JSONDict = {
-            "content": text,
-            "add_special": add_special,
-            "parse_special": parse_special,
-        }
-        body["with_pieces"] = True
-        ids = []
-        for entry in self._tokens(self.client.post("/tokenize", body)):
-            if isinstance(entry, dict):
-                piece = entry.get("piece", "")
-                if isinstance(piece, list):
-                    piece = bytes(piece).decode("utf-8", errors="replace")
-                self._pieces.setdefault(int(entry["id"]), str(piece))
-                ids.append(int(entry["id"]))
-            else:
-                ids.append(int(entry))
-        return ids
-
-    def _tokens(self, data: Any) -> list[Any]:
-        tokens = data.get("tokens") if isinstance(data, dict) else None
-        if not isinstance(tokens, list):
-            raise EngineError(
-                f"{self.url}/tokenize returned no 'tokens' ({str(data)[:120]!r}); equiv needs the "
-                "server's tokenizer (llama-server and vLLM have /tokenize)"
-            )
-        return tokens
+        return self._tokenizer.prompt_tokens(prompt)
 
     def token_text(self, token: int) -> str:
-        if token not in self._pieces:
-            body: JSONDict = {"tokens": [token]}
-            if self.api == "openai":
-                body["model"] = self.model
-            data = self.client.post("/detokenize", body)
-            self._pieces[token] = str(data.get("content", data.get("prompt", "")))
-        return self._pieces[token]
+        return self._tokenizer.token_text(token)
 
     def _token_bytes(self, token: int) -> bytes:
         """A token's bytes from the target's GGUF vocabulary (read once, where rows must be
@@ -389,9 +283,7 @@ class ServerEngine:
         if before is not None and after is not None:
             grew = after - before
             draft_steps = (DraftStep(DraftStep.PER_REQUEST, grew.drafted, grew.accepted),)
-        for token, piece in zip(parsed.tokens, parsed.pieces, strict=False):
-            if piece:
-                self._pieces.setdefault(token, piece)
+        self._tokenizer.remember(parsed.tokens, parsed.pieces)
         # a piece the answer left out (no rows, or a token without a row): the server's own
         pieces = tuple(
             (parsed.pieces[i] if i < len(parsed.pieces) else "")
@@ -450,15 +342,16 @@ class ServerEngine:
             "sampler_chain": "penalties,top_k,typ_p,top_p,min_p,temperature,dist",
             "alternatives": "top-k log-probabilities of the raw logits row (not logits)",
         }
-        if self._server is not None:
-            fp.update(server_version=self._server_version, server_argv=self._shared_argv)
+        started = self._started
+        if started is not None:
+            fp.update(server_version=self._server_version, server_argv=list(started.shared_argv))
         if self.path == "speculative":
             draft_config = fp["draft_config"] = cfg.draft_config.to_dict()
-            if "--model-draft" in self._draft_flags:  # the draft equiv gave llama-server
+            if started is not None and "--model-draft" in started.draft_flags:  # a GGUF draft
                 draft = read_gguf_info(cfg.draft.path)
                 fp.update(draft_sha256=draft.sha256, draft_quant=draft.quant)
-            if self._server is not None:
-                draft_config["server_flags"] = list(self._draft_flags)
+            if started is not None:
+                draft_config["server_flags"] = list(started.draft_flags)
         return fp
 
     def server_facts(self) -> JSONDict:
@@ -476,10 +369,3 @@ class ServerEngine:
     def close(self) -> None:
         if self._server is not None:
             self._server.stop()
-
-
-def rescore_candidates(config: RunConfig) -> int:
-    """K of the scoring requests: enough candidates to cover the sampler chain's whole support
-    when it has a top_k (then its probabilities are exact), and at least ``top_k_record``."""
-    top_k = config.sampling.top_k
-    return max(config.top_k_record, top_k if top_k > 0 else 0)
