@@ -5,17 +5,20 @@
   there only);
 - `equiv.records.comparison`: the comparison of two generations as recorded, and `Drift`, the one
   type for how far two sets of logits rows are apart;
-- `equiv.records.kinds`: the five kinds of line (`Kind`): `HeaderRecord`, `ResultRecord`,
-  `AnalysisRecord`, `EventRecord`, `RunRecord` (the run's own answer at temperature > 0), each
-  validated on reading (`FieldError` names the field);
+- `equiv.records.kinds`: the five kinds of line (`Kind`), the schema version, and the sampling
+  run's `AnalysisRecord` and `RunRecord` (the run's own answer at temperature > 0) and the
+  `EventRecord`; `equiv.records.header`: `HeaderRecord`; `equiv.records.result`: `ResultRecord`;
+  each validated on reading (`FieldError` names the field);
 - `equiv.records.verdict`: the `Label` a result gets and the `Verdict` that carries it;
-- `equiv.records.file`: `ResultsFile`, read once into typed records with every unreadable line
-  named (`LineProblem`), appended one whole line at a time.
+- `equiv.records.reader`: a line as its record (`parse_record`), the file read once into typed
+  records with every unreadable line named (`LineProblem`, `ResultsContents`);
+- `equiv.records.file`: `ResultsFile`, read through the reader, appended one whole line at a
+  time.
 """
 
 from equiv.records.comparison import ArgmaxFlips, Comparison, Divergence, Drift
 from equiv.records.fields import FieldError
-from equiv.records.file import LineProblem, ResultsContents, ResultsFile
+from equiv.records.file import ResultsFile
 from equiv.records.generation import (
     PATHS,
     DraftStep,
@@ -26,20 +29,19 @@ from equiv.records.generation import (
     decode_rate,
     speedup,
 )
+from equiv.records.header import HeaderRecord
 from equiv.records.kinds import (
     RUN_KEY,
     SCHEMA_VERSION,
     AnalysisRecord,
     Control,
     EventRecord,
-    HeaderRecord,
     Kind,
-    Record,
-    ResultRecord,
     RunRecord,
     analysis_key,
-    parse_record,
 )
+from equiv.records.reader import LineProblem, Record, ResultsContents, parse_record
+from equiv.records.result import ResultRecord
 from equiv.records.verdict import Label, Verdict
 
 __all__ = [

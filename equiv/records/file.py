@@ -5,12 +5,10 @@ The file holds one header line, then one line per finished result (and analysis,
 each appended with a single ``write`` and fsynced as it finishes, so a crash or Ctrl-C loses
 nothing finished and ``--resume`` skips what is done. Reports are rendered from this file alone.
 
-Reading never raises on a damaged line: `ResultsFile.read` returns the typed records and, for
-each line it could not use, a `LineProblem` naming the line, the field and what is wrong. A torn
-last line (a crash in the middle of a write: no newline, not a whole record) is set apart as
-``torn``: it is not a problem, its result is simply redone, and the next append cuts it off.
-Only a file that cannot be a results file at all (no header, a newer schema) raises
-`ResultsError`.
+`ResultsFile.read` returns what `equiv.records.reader` makes of the file: the typed records and,
+for each line it could not use, a `LineProblem`; a torn last line (a crash in the middle of a
+write) is redone, and the next append cuts it off. Only a file that cannot be a results file at
+all (no header, a newer schema) raises `ResultsError`.
 
 A failed append (the disk full, ...) cuts the file back to where it was, so no torn line is left
 behind, and raises `DiskFullError` (or `ResultsError` for another I/O error).
@@ -22,134 +20,18 @@ import contextlib
 import errno
 import json
 import os
-from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
 
 from equiv.errors import DiskFullError, ResultsError
-from equiv.records.fields import FieldError
-from equiv.records.kinds import (
-    OLDEST_SCHEMA,
-    SCHEMA_VERSION,
-    AnalysisRecord,
-    EventRecord,
-    HeaderRecord,
-    Kind,
-    Record,
-    ResultRecord,
-    RunRecord,
-    parse_record,
-)
+from equiv.records.header import HeaderRecord
+from equiv.records.kinds import AnalysisRecord, EventRecord, Kind, RunRecord
+from equiv.records.reader import LineProblem, Record, ResultsContents, parse_contents
+from equiv.records.result import ResultRecord
 
 __all__ = ["LineProblem", "ResultsContents", "ResultsFile"]
 
 _NO_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-
-
-@dataclass(frozen=True)
-class LineProblem:
-    """A line of the results file that could not be used, and why."""
-
-    line: int
-    message: str
-    field: str | None = None
-    key: str | None = None  # the record's key, where it could be read
-
-    def __str__(self) -> str:
-        where = f"line {self.line}" + (f" ({self.key})" if self.key else "")
-        return (
-            f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
-        )
-
-
-@dataclass(frozen=True)
-class ResultsContents:
-    """Everything a results file holds, read once: the typed records in file order, and the
-    lines that could not be read."""
-
-    path: Path
-    header: HeaderRecord | None
-    records: tuple[Record, ...]
-    problems: tuple[LineProblem, ...] = ()
-    torn: bool = False  # the last line was cut by a crash; its result is redone
-    lines: int = 0  # lines in the file, the torn one included
-    size: int = 0  # bytes in the file up to the end of its last whole line
-    _by_kind: dict[Kind, list[Any]] = field(default_factory=dict, repr=False, compare=False)
-
-    def _of(self, kind: Kind) -> list[Any]:
-        if kind not in self._by_kind:
-            self._by_kind[kind] = [r for r in self.records if r.kind is kind]
-        return self._by_kind[kind]
-
-    @property
-    def results(self) -> list[ResultRecord]:
-        return self._of(Kind.RESULT)
-
-    @property
-    def analyses(self) -> list[AnalysisRecord]:
-        return self._of(Kind.ANALYSIS)
-
-    @property
-    def events(self) -> list[EventRecord]:
-        return self._of(Kind.EVENT)
-
-    @property
-    def runs(self) -> list[RunRecord]:
-        """The run's own answers (at most one a mode: `RunRecord`)."""
-        return self._of(Kind.RUN)
-
-    @property
-    def done_keys(self) -> set[str]:
-        return {r.key for r in self.results}
-
-    @property
-    def unreadable(self) -> int:
-        """Lines that could not be read (the torn last line not counted: it is redone)."""
-        return len(self.problems)
-
-    @property
-    def header_only(self) -> bool:
-        """A header and nothing else: a run that stopped before its first result."""
-        return self.header is not None and len(self.records) == 1 and not self.problems
-
-    @property
-    def replaceable(self) -> bool:
-        """Nothing worth keeping: no file, a header alone, or only a line torn by a crash."""
-        return self.header_only or (not self.records and not self.problems)
-
-
-def _decode_error(raw: bytes, exc: UnicodeDecodeError) -> str:
-    return f"not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
-
-
-def _key_of(data: Any) -> str | None:
-    key = data.get("key") if isinstance(data, Mapping) else None
-    return key if isinstance(key, str) else None
-
-
-def _line_record(raw: bytes, lineno: int, *, partial: bool) -> Record | LineProblem | None:
-    """One line of the file as a record, or what is wrong with it; None where it is the last
-    line, without its newline, and unreadable (torn by a crash)."""
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        return None if partial else LineProblem(lineno, _decode_error(raw, exc))
-    except json.JSONDecodeError as exc:
-        if partial:
-            return None
-        return LineProblem(lineno, f"not valid JSON: {exc.msg}, column {exc.colno}")
-    except RecursionError:
-        return LineProblem(lineno, "not valid JSON (nested too deeply)")
-    try:
-        return parse_record(data)
-    except FieldError as exc:
-        if partial and not isinstance(data, dict):
-            return None
-        return LineProblem(lineno, exc.message, exc.field, _key_of(data))
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a check missed
-        why = f"not a record equiv can read ({type(exc).__name__}: {exc})"
-        return LineProblem(lineno, why, None, _key_of(data))
 
 
 class ResultsFile:
@@ -184,82 +66,9 @@ class ResultsFile:
         stamp = self._stamp()
         if self._cache is not None and self._cache[0] == stamp:
             return self._cache[1]
-        contents = self._parse(self.path.read_bytes())
+        contents = parse_contents(self.path, self.path.read_bytes())
         self._cache = (stamp, contents)
         return contents
-
-    def _parse(self, data: bytes) -> ResultsContents:
-        chunks = data.split(b"\n")
-        last = len(chunks) - 1  # chunks[last] is what follows the last newline (b"" if none)
-        records: list[Record] = []
-        problems: list[LineProblem] = []
-        header: HeaderRecord | None = None
-        seen: dict[str, int] = {}
-        torn = False
-        size = len(data)
-        for index, raw in enumerate(chunks):
-            lineno = index + 1
-            if not raw.strip():
-                continue
-            got = _line_record(raw, lineno, partial=index == last)
-            if got is None:  # the last line, cut short by a crash: the run resumes before it
-                torn, size = True, len(data) - len(raw)
-                continue
-            if isinstance(got, LineProblem):
-                problems.append(got)
-                continue
-            record = got
-            if isinstance(record, HeaderRecord):
-                if header is not None or records or problems:
-                    problems.append(
-                        LineProblem(lineno, "a header, but not on the first line", "kind")
-                    )
-                    continue
-                self._check_schema(record, lineno)
-                header = record
-            elif header is None and not records and not problems:
-                raise ResultsError(
-                    f"{self.path} has no header line (line {lineno} is a {record.kind} record); "
-                    "it is not an equiv results file, or it was cut before the first line: "
-                    "start a new run"
-                )
-            if isinstance(record, ResultRecord | AnalysisRecord):
-                tag = f"{record.kind}:{record.key}"
-                if tag in seen:
-                    problems.append(
-                        LineProblem(
-                            lineno,
-                            f"a second {record.kind} for this key (the first is line "
-                            f"{seen[tag]}, which counts); two runs wrote to one file?",
-                            "key",
-                            record.key,
-                        )
-                    )
-                    continue
-                seen[tag] = lineno
-            records.append(record)
-        return ResultsContents(
-            self.path,
-            header,
-            tuple(records),
-            tuple(problems),
-            torn=torn,
-            lines=len(chunks) if chunks[last] else last,
-            size=size,
-        )
-
-    def _check_schema(self, header: HeaderRecord, lineno: int) -> None:
-        if not OLDEST_SCHEMA <= header.schema <= SCHEMA_VERSION:
-            newer = header.schema > SCHEMA_VERSION
-            raise ResultsError(
-                f"{self.path} line {lineno}: schema {header.schema} is "
-                + (
-                    f"newer than this equiv reads ({OLDEST_SCHEMA} to {SCHEMA_VERSION}); "
-                    "upgrade equiv to read it"
-                    if newer
-                    else f"not a version equiv ever wrote ({OLDEST_SCHEMA} to {SCHEMA_VERSION})"
-                )
-            )
 
     def header(self) -> HeaderRecord:
         contents = self.read()
