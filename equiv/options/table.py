@@ -4,9 +4,10 @@ Each `Option` becomes ``--name`` for ``equiv run`` and ``--equiv-name`` for pyte
 key in a TOML config (``[tool.equiv]``, with dashes or underscores). Its converter checks a value
 as the command line, the ini file and the TOML config all need it checked.
 
-``RUN_OPTIONS`` (`run_options`) are the core options (`CORE_OPTIONS`) and then the options each
-engine declares: the built-in engines' (the server's in `equiv.engines.server.options`), then
-those a package declares in the ``equiv.engine_options`` entry-point group.
+``RUN_OPTIONS`` (`run_options`) are the core options (`CORE_OPTIONS`, from `equiv.options.core`)
+and then the options each engine declares: the built-in engines' (the server's in
+`equiv.engines.server.options`), then those a package declares in the ``equiv.engine_options``
+entry-point group.
 """
 
 from __future__ import annotations
@@ -16,17 +17,10 @@ import dataclasses
 import functools
 import importlib
 import importlib.metadata
-from typing import Any
+from collections.abc import Iterable
 
-from equiv.config import (
-    BUILTIN_PAIRS,
-    DEFAULT_DRAFT_QUANT,
-    DEFAULT_PAIR,
-    DRAFT_QUANTS,
-    Mode,
-    validate_quality_margin,
-)
 from equiv.errors import ConfigError
+from equiv.options.core import CORE_OPTIONS, look_count, seed_count
 from equiv.options.option import Option, OptionValue, OptionValues
 
 __all__ = [
@@ -46,210 +40,6 @@ __all__ = [
     "shared",
     "split_list",
 ]
-
-
-def _margin(text: str) -> float:
-    try:
-        value = float(text)
-        validate_quality_margin(value)
-    except (ValueError, ConfigError):
-        raise argparse.ArgumentTypeError(
-            f"--quality-margin {text}: give percentage points in (0, 100), e.g. 3"
-        ) from None
-    return value
-
-
-def seed_count(text: str) -> int:
-    """``--seeds``: a count >= 1 (argparse's type, shared by every command that takes it)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--seeds {value}: give a count >= 1 (e.g. 64)")
-    return value
-
-
-def look_count(text: str) -> int:
-    """``--looks``: a count >= 1 (argparse's type, shared by every command that takes it)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(
-            f"--looks {value}: give a count >= 1 (1: one test of every seed; 4: stop early)"
-        )
-    return value
-
-
-#: The options of every run, whatever its engine; `run_options` adds the engines' own.
-CORE_OPTIONS: tuple[Option, ...] = (
-    Option(
-        "config", "TOML file with these options ([tool.equiv] table or top level)", metavar="TOML"
-    ),
-    Option(
-        "pair",
-        "a built-in pair instead of --target/--draft: "
-        + "; ".join(f"{name}: {what}" for name, what in BUILTIN_PAIRS.items()),
-        default=DEFAULT_PAIR,
-        choices=tuple(BUILTIN_PAIRS),
-    ),
-    Option(
-        "target",
-        "target GGUF (default: the bundled Gemma 3 270M Q4_K_M)",
-        metavar="GGUF",
-        aliases=("-m", "--model"),
-    ),
-    Option(
-        "draft",
-        "draft GGUF (default: the target requantized to --draft-quant)",
-        metavar="GGUF",
-        aliases=("-md", "--model-draft"),
-    ),
-    Option(
-        "draft-quant",
-        "quant type of the derived default draft",
-        default=DEFAULT_DRAFT_QUANT,
-        choices=tuple(DRAFT_QUANTS),
-    ),
-    Option(
-        "suite",
-        "suite name or .jsonl path; repeatable (default: all built-in suites)",
-        metavar="SUITE",
-        multiple=True,
-    ),
-    Option(
-        "prompt",
-        "only prompts whose suite/id matches this glob; repeatable",
-        metavar="GLOB",
-        multiple=True,
-    ),
-    Option(
-        "mode",
-        "temp0: bit-for-bit at temperature 0; sampling: distributions over seeds",
-        default="temp0",
-        choices=tuple(m.value for m in Mode),
-    ),
-    Option(
-        "max-tokens",
-        "override every prompt's max_tokens",
-        type=int,
-        metavar="N",
-        aliases=("-n", "--n-predict"),
-    ),
-    Option(
-        "draft-max",
-        "most tokens drafted per step (llama.cpp --draft-max)",
-        type=int,
-        default=16,
-        metavar="N",
-    ),
-    Option(
-        "draft-min",
-        "fewest tokens worth drafting (llama.cpp --draft-min)",
-        type=int,
-        default=0,
-        metavar="N",
-    ),
-    Option(
-        "draft-p-min",
-        "stop drafting below this draft probability (llama.cpp --draft-p-min)",
-        type=float,
-        default=0.75,
-        metavar="P",
-    ),
-    Option(
-        "n-ctx",
-        "context size of both paths",
-        type=int,
-        default=2048,
-        metavar="N",
-        aliases=("-c", "--ctx-size"),
-    ),
-    Option(
-        "n-batch",
-        "logical batch size",
-        type=int,
-        default=512,
-        metavar="N",
-        aliases=("-b", "--batch-size"),
-    ),
-    Option(
-        "n-ubatch",
-        "physical batch size",
-        type=int,
-        default=512,
-        metavar="N",
-        aliases=("-ub", "--ubatch-size"),
-    ),
-    Option("threads", "CPU threads (default: all cores)", type=int, metavar="N", aliases=("-t",)),
-    Option(
-        "flash-attn",
-        "flash attention on both paths (llama.cpp's -fa on|off also works)",
-        flag=True,
-        aliases=("-fa",),
-    ),
-    Option(
-        "temp",
-        "sampling temperature (sampling mode)",
-        type=float,
-        default=0.8,
-        metavar="T",
-        aliases=("--temperature",),
-    ),
-    Option("top-k", "top-k (0 disables)", type=int, default=40, metavar="K"),
-    Option("top-p", "top-p in (0, 1]", type=float, default=0.95, metavar="P"),
-    Option("min-p", "min-p in [0, 1]", type=float, default=0.05, metavar="P"),
-    Option("repeat-penalty", "repeat penalty (1 = none)", type=float, default=1.0, metavar="R"),
-    Option(
-        "seeds",
-        "number of seeds per prompt in sampling mode",
-        type=seed_count,
-        default=32,
-        metavar="N",
-    ),
-    Option(
-        "looks",
-        "sampling mode: judge each prompt this many times as its seeds accumulate and stop it "
-        "at the first conclusive look (--seeds is then a budget; alpha is spent over the "
-        "looks); 1 judges every seed once",
-        type=look_count,
-        default=1,
-        metavar="K",
-    ),
-    Option(
-        "seed-start",
-        "first seed (seeds are consecutive; 0 is refused: it means random)",
-        type=int,
-        default=1,
-        metavar="S",
-        aliases=("-s", "--seed"),
-    ),
-    Option(
-        "alpha",
-        "family-wise significance level of the sampling tests over the whole run",
-        type=float,
-        default=0.01,
-        metavar="A",
-    ),
-    Option(
-        "quality-margin",
-        "graded prompts: the largest pass-rate change, in percentage points, that still counts "
-        "as no quality change (equivalence test)",
-        type=_margin,
-        default=3.0,
-        metavar="POINTS",
-    ),
-    Option(
-        "spec",
-        "a setting of the speculative path only, KEY=VALUE (n_ctx=1024, temp=0.7, "
-        "target=other.gguf, ...): reproduce two deployments that differ; repeatable. TOML: a "
-        "[tool.equiv.speculative] table",
-        metavar="KEY=VALUE",
-        multiple=True,
-    ),
-    Option(
-        "engine",
-        "'llamacpp', 'server' (HTTP), 'reference[:fault]' or a user factory 'module:attr'",
-        default="llamacpp",
-        metavar="ENGINE",
-    ),
-)
 
 
 def _rate(text: str) -> float:
@@ -383,12 +173,17 @@ def on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r}: give on or off")
 
 
-def split_list(value: Any) -> list[str]:
+def split_list(value: OptionValue | Iterable[object]) -> list[str]:
     """A repeatable option's value (a string, a list of them, or None) as its items: comma lists
     split, blanks dropped."""
     if value is None:
         return []
-    items = [value] if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        items: list[object] = [value]
+    elif isinstance(value, Iterable):
+        items = list(value)
+    else:
+        raise TypeError(f"expected a string or a list of strings, found {value!r}")
     return [part.strip() for item in items for part in str(item).split(",") if part.strip()]
 
 
