@@ -8,14 +8,12 @@ from pathlib import Path
 import pytest
 
 from equiv.errors import ModelError, VocabMismatchError
-from equiv.models.gguf import (
+from equiv.models.gguf import GGUFInfo, read_gguf_info, read_token_texts
+from equiv.models.vocab_compat import (
     SPEC_VOCAB_CHECK_START_TOKEN_ID,
     SPEC_VOCAB_MAX_SIZE_DIFFERENCE,
-    GGUFInfo,
     VocabReport,
     check_vocab_compat,
-    read_gguf_info,
-    read_token_texts,
     require_vocab_compat,
 )
 

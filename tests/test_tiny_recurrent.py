@@ -98,7 +98,7 @@ def test_fast_array_packing_writes_what_gguf_writes(tmp_path):
 
 
 def test_target_is_recurrent_and_both_share_the_gemma_vocabulary(tiny, loaded):
-    from equiv.models.gguf import require_vocab_compat
+    from equiv.models.vocab_compat import require_vocab_compat
 
     target, draft = loaded
     assert llama_cpp.llama_model_is_recurrent(target._model.model)

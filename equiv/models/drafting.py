@@ -1,5 +1,5 @@
 """What a target can draft with: a separate draft (llama.cpp's vocabulary rules,
-`equiv.models.gguf.check_vocab_compat`) or its own multi-token-prediction (MTP) head.
+`equiv.models.vocab_compat.check_vocab_compat`) or its own multi-token-prediction (MTP) head.
 
 A model is a GGUF file or a Hugging Face checkpoint's ``config.json`` (or its folder): a user
 asking "which draft for DeepSeek-R1?" often has only the published config. A config carries the
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from equiv.errors import ModelError
-from equiv.models.gguf import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, check_vocab_compat, read_gguf_info
+from equiv.models.gguf import read_gguf_info
+from equiv.models.vocab_compat import SPEC_VOCAB_MAX_SIZE_DIFFERENCE, check_vocab_compat
 
 __all__ = ["DraftingReport", "ModelFacts", "drafting_report", "model_facts"]
 

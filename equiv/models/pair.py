@@ -19,7 +19,8 @@ from pathlib import Path
 from equiv.config import BUILTIN_PAIRS, DEFAULT_DRAFT_QUANT, DEFAULT_PAIR, DRAFT_QUANTS, ModelSpec
 from equiv.errors import ConfigError, ModelError
 from equiv.json_types import JSONDict
-from equiv.models.gguf import VocabReport, read_gguf_info, require_vocab_compat
+from equiv.models.gguf import read_gguf_info
+from equiv.models.vocab_compat import VocabReport, require_vocab_compat
 
 __all__ = [
     "BUILTIN_PAIRS",

@@ -172,7 +172,7 @@ def _vocab(cmd: LlamaCommand, vocab_check: Callable[..., Any] | None) -> list[Fi
     target, draft = cmd.get("model"), cmd.get("model_draft")
     if not (target and draft and Path(target).is_file() and Path(draft).is_file()):
         return []
-    from equiv.models.gguf import check_vocab_compat
+    from equiv.models.vocab_compat import check_vocab_compat
 
     report = (vocab_check or check_vocab_compat)(target, draft, with_sha256=False)
     if report.compatible:
