@@ -31,7 +31,7 @@ import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import llama_cpp
 import numpy as np
@@ -39,13 +39,26 @@ import numpy.typing as npt
 
 from equiv.errors import EngineError
 
-__all__ = ["Checkpoint", "Decoded", "Replay", "cannot_roll_back", "decode"]
+if TYPE_CHECKING:
+    from llama_cpp._internals import LlamaContext
+
+__all__ = ["Checkpoint", "Decoded", "Replay", "Sampler", "cannot_roll_back", "decode"]
 
 #: llama-cpp-python evaluates every batch as sequence 0.
 _SEQ = 0
 
 
-def cannot_roll_back(llm: Any) -> bool:
+class Sampler(Protocol):
+    """A target's sampler chain as `decode` uses it (llama-cpp-python's ``LlamaSampler``)."""
+
+    def sample(self, ctx: LlamaContext, idx: int = -1) -> int: ...
+
+    def clone(self) -> Sampler: ...
+
+    def close(self) -> None: ...
+
+
+def cannot_roll_back(llm: llama_cpp.Llama) -> bool:
     """Whether ``llm``'s memory is recurrent or hybrid: it cannot drop a sequence's tail, so a
     rejected draft is undone from a checkpoint instead (llama-server's seq_rm type ``FULL``)."""
     model = llm.model
@@ -63,7 +76,7 @@ class Checkpoint:
     attention cache is then cut back to the saved length on restore. Without it, the whole state.
     """
 
-    def __init__(self, llm: Any, *, partial: bool) -> None:
+    def __init__(self, llm: llama_cpp.Llama, *, partial: bool) -> None:
         self.flags = (
             llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
             if partial
@@ -83,7 +96,7 @@ class Checkpoint:
     def size(self) -> int:
         return len(self.data)
 
-    def restore(self, llm: Any) -> None:
+    def restore(self, llm: llama_cpp.Llama) -> None:
         """Put the saved state back: ``llm`` then holds exactly ``tokens``."""
         read = llama_cpp.llama_state_seq_set_data_ext(
             llm.ctx, self.data, len(self.data), _SEQ, self.flags
@@ -116,7 +129,8 @@ class Replay:
 
 @dataclass
 class Decoded:
-    """What `decode` emitted: ``rows[k]`` is the row ``tokens[k]`` was sampled from."""
+    """What a decode loop emitted (`decode`, or the engine's plain one): ``rows[k]`` is the row
+    ``tokens[k]`` was sampled from."""
 
     tokens: list[int]
     rows: npt.NDArray[np.float32]
@@ -128,9 +142,9 @@ class Decoded:
 
 
 def decode(
-    llm: Any,
+    llm: llama_cpp.Llama,
     draft: Callable[[npt.NDArray[np.intc]], npt.NDArray[np.intc]],
-    make_sampler: Callable[[], Any],
+    make_sampler: Callable[[], Sampler],
     *,
     n_prompt: int,
     max_tokens: int,
@@ -142,72 +156,119 @@ def decode(
     ``llm`` must compute every row of a batch (``logits_all``); ``make_sampler`` gives the
     target's sampler chain (a llama-cpp-python ``LlamaSampler``, cloneable).
     """
-    rows = np.empty((max_tokens, llm.n_vocab()), dtype=np.float32)
-    out = Decoded(tokens=[], rows=rows, stop_reason="length", t_first=time.perf_counter())
-    tokens = out.tokens
-
-    def emit(token: int, row: npt.NDArray[np.float32]) -> bool:
-        """Record one token; True when generation ends with it."""
-        rows[len(tokens)] = row
-        tokens.append(token)
-        if is_eog(token):
-            out.stop_reason = "eos"
-            return True
-        return len(tokens) >= max_tokens
-
-    sampler = make_sampler()
-    saved: Any = None
+    run = _Decoding(llm, draft, make_sampler, max_tokens=max_tokens, is_eog=is_eog)
     try:
-        done = emit(int(sampler.sample(llm._ctx, -1)), llm.scores[n_prompt - 1])
-        out.t_first = time.perf_counter()
-        replay: list[int] = []
-        checkpoint: Checkpoint | None = None
+        done = run.emit(int(run.sampler.sample(llm._ctx, -1)), llm.scores[n_prompt - 1])
+        run.out.t_first = time.perf_counter()
         while not done:
-            last, n_past = tokens[-1], llm.n_tokens
-            if replay:
-                proposed = replay
-            else:
-                ids = np.array([*llm.input_ids[:n_past].tolist(), last], dtype=np.intc)
-                proposed = [int(t) for t in draft(ids)]
-                if proposed:
-                    checkpoint = Checkpoint(llm, partial=True)
-                    out.checkpoints += 1
-                    out.checkpoint_bytes = max(out.checkpoint_bytes, checkpoint.size)
-            if not proposed:  # nothing drafted: one token, as plain decoding
-                llm.eval([last])
-                done = emit(int(sampler.sample(llm._ctx, -1)), llm.scores[n_past])
-                continue
-            assert checkpoint is not None
-            saved = sampler.clone()
-            llm.eval([last, *proposed])
-            kept: list[int] = []
-            for i in range(len(proposed) + 1):
-                kept.append(int(sampler.sample(llm._ctx, i)))
-                if i == len(proposed) or kept[-1] != proposed[i]:
-                    break
-            if len(kept) <= len(proposed):  # a rejection: restore, then replay what was kept
-                rounds = sum(1 for r in out.replays if r.pos == len(tokens))
-                if rounds > len(proposed) + 1:
-                    raise EngineError(
-                        f"the replay at output position {len(tokens)} did not settle after "
-                        f"{rounds} rounds: the target's rows change between batches that "
-                        "should give the same"
-                    )
-                out.replays.append(Replay(len(tokens), len(proposed), len(kept) - 1, rounds))
-                checkpoint.restore(llm)
-                sampler.close()
-                sampler, saved = saved, None
-                replay = kept
-                continue
-            saved.close()
-            saved, replay = None, []
-            for i, token in enumerate(kept):
-                done = emit(token, llm.scores[n_past + i])
-                if done:
-                    break
+            done = run.step()
     finally:
-        sampler.close()
-        if saved is not None:
-            saved.close()
-    out.rows = rows[: len(tokens)]
-    return out
+        run.close()
+    run.out.rows = run.rows[: len(run.out.tokens)]
+    return run.out
+
+
+class _Decoding:
+    """One `decode` under way: what it emitted, the target's sampler and the clone saved before a
+    verification, the checkpoint of the target, and the kept tokens still to replay."""
+
+    def __init__(
+        self,
+        llm: llama_cpp.Llama,
+        draft: Callable[[npt.NDArray[np.intc]], npt.NDArray[np.intc]],
+        make_sampler: Callable[[], Sampler],
+        *,
+        max_tokens: int,
+        is_eog: Callable[[int], bool],
+    ) -> None:
+        self.llm, self.draft, self.max_tokens, self.is_eog = llm, draft, max_tokens, is_eog
+        self.rows = np.empty((max_tokens, llm.n_vocab()), dtype=np.float32)
+        self.out = Decoded(
+            tokens=[], rows=self.rows, stop_reason="length", t_first=time.perf_counter()
+        )
+        self.sampler = make_sampler()
+        self.saved: Sampler | None = None
+        self.checkpoint: Checkpoint | None = None
+        self.replay: list[int] = []
+
+    def emit(self, token: int, row: npt.NDArray[np.float32]) -> bool:
+        """Record one token; True when generation ends with it."""
+        tokens = self.out.tokens
+        self.rows[len(tokens)] = row
+        tokens.append(token)
+        if self.is_eog(token):
+            self.out.stop_reason = "eos"
+            return True
+        return len(tokens) >= self.max_tokens
+
+    def step(self) -> bool:
+        """Draft (or replay the kept tokens), verify, emit what was kept; True when generation
+        ends."""
+        llm = self.llm
+        last, n_past = self.out.tokens[-1], llm.n_tokens
+        proposed = self.replay or self._propose(last, n_past)
+        if not proposed:  # nothing drafted: one token, as plain decoding
+            llm.eval([last])
+            return self.emit(int(self.sampler.sample(llm._ctx, -1)), llm.scores[n_past])
+        kept = self._verify(last, proposed)
+        if len(kept) <= len(proposed):  # a rejection: restore, then replay what was kept
+            self._restore(proposed, kept)
+            return False
+        assert self.saved is not None
+        self.saved.close()
+        self.saved, self.replay = None, []
+        done = False
+        for i, token in enumerate(kept):
+            done = self.emit(token, llm.scores[n_past + i])
+            if done:
+                break
+        return done
+
+    def _propose(self, last: int, n_past: int) -> list[int]:
+        """The draft for the context plus ``last``; a checkpoint of the target is saved before
+        a draft is verified."""
+        llm, out = self.llm, self.out
+        ids = np.array([*llm.input_ids[:n_past].tolist(), last], dtype=np.intc)
+        proposed = [int(t) for t in self.draft(ids)]
+        if proposed:
+            self.checkpoint = Checkpoint(llm, partial=True)
+            out.checkpoints += 1
+            out.checkpoint_bytes = max(out.checkpoint_bytes, self.checkpoint.size)
+        return proposed
+
+    def _verify(self, last: int, proposed: list[int]) -> list[int]:
+        """``last`` and ``proposed`` in one batch, each row sampled in turn: the draft tokens
+        kept while the sample equals them, and the sample after them (the sampler is cloned
+        first, to be restored on a rejection)."""
+        assert self.checkpoint is not None
+        llm, sampler = self.llm, self.sampler
+        self.saved = sampler.clone()
+        llm.eval([last, *proposed])
+        kept: list[int] = []
+        for i in range(len(proposed) + 1):
+            kept.append(int(sampler.sample(llm._ctx, i)))
+            if i == len(proposed) or kept[-1] != proposed[i]:
+                break
+        return kept
+
+    def _restore(self, proposed: list[int], kept: list[int]) -> None:
+        """After a rejection: the checkpoint and the saved sampler back, ``kept`` to replay."""
+        pos, replays = len(self.out.tokens), self.out.replays
+        rounds = sum(1 for r in replays if r.pos == pos)
+        if rounds > len(proposed) + 1:
+            raise EngineError(
+                f"the replay at output position {pos} did not settle after {rounds} rounds: the "
+                "target's rows change between batches that should give the same"
+            )
+        replays.append(Replay(pos, len(proposed), len(kept) - 1, rounds))
+        assert self.checkpoint is not None
+        assert self.saved is not None
+        self.checkpoint.restore(self.llm)
+        self.sampler.close()
+        self.sampler, self.saved = self.saved, None
+        self.replay = kept
+
+    def close(self) -> None:
+        self.sampler.close()
+        if self.saved is not None:
+            self.saved.close()
