@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +43,10 @@ from equiv.records import DraftStep, Generation, Judgement, PathName
 __all__ = ["RULE_FACTORIES", "ReferenceEngine", "factory_for", "make_engine"]
 
 
-def _probs(row: npt.NDArray[np.float32], sampling: SamplingConfig, temp: float) -> Any:
+_Probs = npt.NDArray[np.float64]
+
+
+def _probs(row: npt.NDArray[np.float32], sampling: SamplingConfig, temp: float) -> _Probs:
     return chain_probs(
         row,
         temp=temp,
@@ -54,10 +57,32 @@ def _probs(row: npt.NDArray[np.float32], sampling: SamplingConfig, temp: float) 
     )
 
 
-def _draw(probs: npt.NDArray[np.float64], rng: np.random.Generator) -> int:
+def _draw(probs: _Probs, rng: np.random.Generator) -> int:
     support = np.flatnonzero(probs)
     weights = probs[support] / probs[support].sum()
     return int(support[rng.choice(support.size, p=weights)])
+
+
+@dataclass(frozen=True)
+class _Drafted:
+    """One drafting round: the tokens, the draft's row of each, q of each (and q at the wrong
+    temperature, for `Rule.WRONG_TEMP` only)."""
+
+    tokens: list[int] = field(default_factory=list)
+    rows: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    q: list[_Probs] = field(default_factory=list)
+    q_wrong: list[_Probs] = field(default_factory=list)
+
+
+@dataclass
+class _Verified:
+    """What the target made of a round: the tokens it keeps (the accepted drafts, then a
+    replacement or the bonus), the row each was decided on, and each draft token's judgement."""
+
+    tokens: list[int] = field(default_factory=list)
+    rows: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    judged: list[Judgement] = field(default_factory=list)
+    accepted: int = 0
 
 
 class ReferenceEngine(LlamaCppEngine):
@@ -90,19 +115,12 @@ class ReferenceEngine(LlamaCppEngine):
         seed: int | None,
         max_tokens: int,
     ) -> Generation:
-        target, draft = self.llm, self._draft_llm
         k_max = self.config.draft_config.draft_max
         self._check_fits(len(prompt_tokens), max_tokens)
         rng = np.random.default_rng(seed if seed is not None else 1)
-        temp = sampling.temp
-        wrong_temp = temp * 2 if temp > 0 else 1.0
         context = list(prompt_tokens[:-1])
         pending = [int(prompt_tokens[-1])]  # emitted (or prompt) tokens the target has not seen
-        reset(target)
-        draft.reset()
-        if context:
-            self._eval_without_rows(context)  # the target: KV only, no prompt rows
-            draft.eval(context)
+        self._start(context)
         emitted: list[int] = []
         rows: list[npt.NDArray[np.float32]] = []
         steps: list[DraftStep] = []
@@ -111,68 +129,17 @@ class ReferenceEngine(LlamaCppEngine):
         t_first = t0
         stop_reason = "length"
         while len(emitted) < max_tokens and stop_reason == "length":
-            # Draft: sample k tokens from the draft's own chain, keeping each q.
-            draft.n_tokens = len(context)
-            draft.eval(pending)
-            drafts: list[int] = []
-            draft_rows: list[npt.NDArray[np.float32]] = []
-            qs: list[Any] = []
-            q_wrongs: list[Any] = []
-            for _ in range(min(k_max, max_tokens - len(emitted))):
-                row = last_row(draft)
-                draft_rows.append(row.copy())
-                qs.append(_probs(row, sampling, temp))
-                if self.rule is Rule.WRONG_TEMP:
-                    q_wrongs.append(_probs(row, sampling, wrong_temp))
-                drafts.append(_draw(qs[-1], rng))
-                draft.eval([drafts[-1]])
-            # Verify: one batch through the target; row j is the distribution of drafts[j].
-            # A target that cannot roll back is saved first and, on a rejection, restored and
-            # given the kept tokens again (llama-server's replay; the decisions stay these rows').
-            checkpoint = None if self.rolls_back else Checkpoint(target, partial=True)
-            target.n_tokens = len(context)
-            target.eval(pending + drafts)
-            base = len(context) + len(pending) - 1
-            batch_rows = target.scores[base : base + len(drafts) + 1]
-            accepted = 0
-            out: list[int] = []
-            for j, x in enumerate(drafts):
-                p = _probs(batch_rows[j], sampling, temp)
-                off = self.rule is Rule.OFF_BY_ONE
-                extra = {
-                    "q_wrong": q_wrongs[j] if q_wrongs else None,
-                    "p_wrong": _probs(batch_rows[max(j - 1, 0)], sampling, temp) if off else None,
-                }
-                used = batch_rows[max(j - 1, 0)] if self.rule is Rule.OFF_BY_ONE else batch_rows[j]
-                a = accept_probability(self.rule, p, qs[j], x, **extra)
-                ok = bool(rng.random() < a)
-                judged.append(Judgement(len(emitted) + j, x, ok, draft_rows[j]))
-                if ok:
-                    out.append(x)
-                    rows.append(used.copy())
-                    accepted += 1
-                    continue
-                out.append(_draw(residual(self.rule, p, qs[j], **extra), rng))
-                rows.append(used.copy())
-                break
-            else:  # every draft accepted: a bonus token from the last row
-                out.append(_draw(_probs(batch_rows[len(drafts)], sampling, temp), rng))
-                rows.append(batch_rows[len(drafts)].copy())
-            steps.append(DraftStep(len(emitted), len(drafts), accepted))
-            if checkpoint is not None and accepted < len(drafts):
-                checkpoint.restore(target)
-                target.eval(pending + out[:-1])
+            n = min(k_max, max_tokens - len(emitted))
+            drafted = self._propose(context, pending, n, sampling, rng)
+            kept = self._verify(context, pending, drafted, sampling, rng, pos=len(emitted))
+            steps.append(DraftStep(len(emitted), len(drafted.tokens), kept.accepted))
+            rows += kept.rows
+            judged += kept.judged
             if not emitted:
                 t_first = time.perf_counter()
-            context += pending + out[:-1]
-            pending = [out[-1]]
-            for token in out:
-                emitted.append(token)
-                if self._is_eog(token):
-                    stop_reason = "eos"
-                    break
-                if len(emitted) >= max_tokens:
-                    break
+            context += pending + kept.tokens[:-1]
+            pending = [kept.tokens[-1]]
+            stop_reason = self._emit(kept.tokens, emitted, max_tokens)
             del rows[len(emitted) :]
         t_end = time.perf_counter()
         stacked = np.stack(rows) if rows else np.empty((0, self._n_vocab), dtype=np.float32)
@@ -188,6 +155,114 @@ class ReferenceEngine(LlamaCppEngine):
             judgements=tuple(j for j in judged if j.pos < len(emitted)),
         )
 
+    def _start(self, context: list[int]) -> None:
+        """Both models reset and given the prompt minus its last token (the target: KV only)."""
+        reset(self.llm)
+        draft = self._draft_llm
+        assert draft is not None
+        reset(draft)  # (no score buffer to renew: the draft computes its last row only)
+        if context:
+            self._eval_without_rows(context)  # the target: KV only, no prompt rows
+            draft.eval(context)
+
+    def _propose(
+        self,
+        context: list[int],
+        pending: list[int],
+        n: int,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+    ) -> _Drafted:
+        """``n`` tokens sampled from the draft's own chain after ``context + pending``, keeping
+        each q."""
+        draft = self._draft_llm
+        assert draft is not None
+        temp = sampling.temp
+        wrong_temp = temp * 2 if temp > 0 else 1.0
+        draft.n_tokens = len(context)
+        draft.eval(pending)
+        out = _Drafted()
+        for _ in range(n):
+            row = last_row(draft)
+            out.rows.append(row.copy())
+            out.q.append(_probs(row, sampling, temp))
+            if self.rule is Rule.WRONG_TEMP:
+                out.q_wrong.append(_probs(row, sampling, wrong_temp))
+            out.tokens.append(_draw(out.q[-1], rng))
+            draft.eval([out.tokens[-1]])
+        return out
+
+    def _verify(
+        self,
+        context: list[int],
+        pending: list[int],
+        drafted: _Drafted,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        *,
+        pos: int,
+    ) -> _Verified:
+        """One batch through the target; row j is the distribution of drafted token j.
+
+        A target that cannot roll back is saved first and, on a rejection, restored and given
+        the kept tokens again (llama-server's replay; the decisions stay these rows')."""
+        target = self.llm
+        checkpoint = None if self.rolls_back else Checkpoint(target, partial=True)
+        target.n_tokens = len(context)
+        target.eval(pending + drafted.tokens)
+        base = len(context) + len(pending) - 1
+        batch_rows = target.scores[base : base + len(drafted.tokens) + 1]
+        kept = self._judge(batch_rows, drafted, sampling, rng, pos=pos)
+        if checkpoint is not None and kept.accepted < len(drafted.tokens):
+            checkpoint.restore(target)
+            target.eval(pending + kept.tokens[:-1])
+        return kept
+
+    def _judge(
+        self,
+        batch_rows: npt.NDArray[np.float32],
+        drafted: _Drafted,
+        sampling: SamplingConfig,
+        rng: np.random.Generator,
+        *,
+        pos: int,
+    ) -> _Verified:
+        """Each draft token accepted with the rule's probability; on the first rejection a token
+        from the rule's residual, when all are accepted a bonus token from the last row."""
+        temp, off = sampling.temp, self.rule is Rule.OFF_BY_ONE
+        out = _Verified()
+        for j, x in enumerate(drafted.tokens):
+            p = _probs(batch_rows[j], sampling, temp)
+            extra = {
+                "q_wrong": drafted.q_wrong[j] if drafted.q_wrong else None,
+                "p_wrong": _probs(batch_rows[max(j - 1, 0)], sampling, temp) if off else None,
+            }
+            used = batch_rows[max(j - 1, 0)] if off else batch_rows[j]
+            a = accept_probability(self.rule, p, drafted.q[j], x, **extra)
+            ok = bool(rng.random() < a)
+            out.judged.append(Judgement(pos + j, x, ok, drafted.rows[j]))
+            out.rows.append(used.copy())
+            if not ok:
+                out.tokens.append(_draw(residual(self.rule, p, drafted.q[j], **extra), rng))
+                return out
+            out.tokens.append(x)
+            out.accepted += 1
+        bonus = batch_rows[len(drafted.tokens)]  # every draft accepted
+        out.tokens.append(_draw(_probs(bonus, sampling, temp), rng))
+        out.rows.append(bonus.copy())
+        return out
+
+    def _emit(self, kept: list[int], emitted: list[int], max_tokens: int) -> str:
+        """``kept`` onto ``emitted`` up to an end-of-generation token or ``max_tokens``; the stop
+        reason so far."""
+        for token in kept:
+            emitted.append(token)
+            if self._is_eog(token):
+                return "eos"
+            if len(emitted) >= max_tokens:
+                break
+        return "length"
+
     def fingerprint(self) -> JSONDict:
         fp = super().fingerprint()
         fp["engine"] = f"reference:{self.rule.value}"
@@ -200,7 +275,7 @@ class ReferenceEngine(LlamaCppEngine):
 def factory_for(rule: Rule) -> EngineFactory:
     """An engine factory whose speculative path uses ``rule``; the baseline is plain llama.cpp."""
 
-    def make(config: RunConfig, *, speculative: bool) -> Any:
+    def make(config: RunConfig, *, speculative: bool) -> LlamaCppEngine:
         if not speculative:
             return LlamaCppEngine(config, speculative=False)
         return ReferenceEngine(config, rule=rule)
