@@ -19,20 +19,20 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TypedDict
 
 import llama_cpp
 import numpy as np
 import numpy.typing as npt
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities
-from equiv.engines.chat import BUILTIN_TEMPLATES, apply_builtin_template
 from equiv.engines.draft import GGUFDraftModel, PromptLookupDraft, last_row
-from equiv.engines.llama_load import load_llama, reset
-from equiv.engines.replay import Checkpoint, Replay, cannot_roll_back, decode
-from equiv.errors import EngineError, ModelError
+from equiv.engines.llama_load import load_llama
+from equiv.engines.prompt_format import PromptFormat
+from equiv.engines.replay import Decoded, Replay, Sampler, cannot_roll_back, decode
+from equiv.engines.target_context import TargetContext
+from equiv.errors import EngineError
 from equiv.json_types import JSONDict
 from equiv.models.gguf import read_gguf_info
 from equiv.prompts import Prompt
@@ -50,11 +50,11 @@ DRAFT_MODEL, PROMPT_LOOKUP = "draft-model", "prompt-lookup"
 _last_row = last_row
 
 
-class LlamaCppEngine:
-    """One path over llama-cpp-python: ``speculative`` plugs in a `GGUFDraftModel`."""
+class LlamaCppEngine(TargetContext):
+    """One path over llama-cpp-python: ``speculative`` plugs in a `GGUFDraftModel`; the target's
+    KV cache and re-scoring on it are `TargetContext`'s."""
 
     capabilities = Capabilities(full_logits=True, deterministic_seed=True, rescoring=True)
-    # Sampling mode: evaluate each prompt once and reuse it for every seed (see _cache_prefix).
     reuse_prompt_state = True
 
     def __init__(self, config: RunConfig, *, speculative: bool, drafter: str = DRAFT_MODEL) -> None:
@@ -65,7 +65,7 @@ class LlamaCppEngine:
         #: equiv.engines.base.SelfDrafting: prompt lookup reads no draft file
         self.drafts_from_file = drafter == DRAFT_MODEL
         self._draft: GGUFDraftModel | PromptLookupDraft | None = None
-        self._draft_llm: Any = None
+        self._draft_llm: llama_cpp.Llama | None = None
         if speculative and drafter == PROMPT_LOOKUP:
             self._draft = PromptLookupDraft(config.draft_config)
         elif speculative:
@@ -81,53 +81,20 @@ class LlamaCppEngine:
         self._init_tokens()
 
     def _init_memory(self) -> None:
-        #: False for a recurrent or hybrid target: rejected drafts are undone from checkpoints.
         self.rolls_back = not cannot_roll_back(self.llm)
-        self._prefix: Checkpoint | None = None  # the prompt minus its last token (no roll back)
+        self._prefix = None
         #: The partly accepted drafts of the last `generate` (checkpoint-and-replay path only).
         self.last_replays: tuple[Replay, ...] = ()
         self.last_checkpoints = 0
 
     def _init_tokens(self) -> None:
         self._vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
-        self._add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
-        self._n_vocab: int = self.llm.n_vocab()
-        template = self.llm.metadata.get("tokenizer.chat_template")
-        arch = self.llm.metadata.get("general.architecture", "")
-        self._template: str | None = template
-        self._builtin_template = None if template else BUILTIN_TEMPLATES.get(arch)
-        self._formatter: Jinja2ChatFormatter | None = None
-        if template:
-            specials = self.llm._model
-            self._formatter = Jinja2ChatFormatter(
-                template=template,
-                eos_token=specials.token_get_text(self.llm.token_eos()),
-                bos_token=specials.token_get_text(self.llm.token_bos()),
-            )
+        self._n_vocab = self.llm.n_vocab()
+        self._format = PromptFormat(self.llm, self.config.target.path)
 
     # -- prompts -----------------------------------------------------------------------------
     def prompt_tokens(self, prompt: Prompt) -> list[int]:
-        if prompt.messages is None:
-            assert prompt.text is not None
-            return list(self.llm.tokenize(prompt.text.encode("utf-8"), add_bos=True))
-        if self._formatter is not None:
-            messages: Any = [{"role": r, "content": c} for r, c in prompt.messages]
-            rendered = self._formatter(messages=messages).prompt
-        elif self._builtin_template is not None:
-            rendered = apply_builtin_template(self._builtin_template, prompt.messages)
-        else:
-            raise ModelError(
-                f"prompt {prompt.key!r} is a chat but {self.config.target.path!r} has no chat "
-                "template (tokenizer.chat_template) and llama.cpp has no built-in one for its "
-                "architecture; give the prompt as 'text' instead"
-            )
-        ids = list(self.llm.tokenize(rendered.encode("utf-8"), add_bos=False, special=True))
-        # Jinja templates usually write the BOS text themselves, llama.cpp's built-in ones never:
-        # either way the model gets exactly one BOS when its vocabulary asks for one.
-        bos = self.llm.token_bos()
-        if self._add_bos and (not ids or ids[0] != bos):
-            ids.insert(0, bos)
-        return ids
+        return self._format.tokens(prompt)
 
     def token_text(self, token: int) -> str:
         raw: bytes = self.llm.detokenize([token], special=True)
@@ -142,44 +109,55 @@ class LlamaCppEngine:
         seed: int | None,
         max_tokens: int,
     ) -> Generation:
-        llm = self.llm
-        n_prompt = len(prompt_tokens)
-        self._check_fits(n_prompt, max_tokens)
+        self._check_fits(len(prompt_tokens), max_tokens)
         if self._draft is not None:
             self._draft.calls.clear()
             self._draft.seconds = 0.0
-        llm.set_seed(seed if seed is not None else 1)
+        self.llm.set_seed(seed if seed is not None else 1)
         if self.config.mode is Mode.SAMPLING and self.reuse_prompt_state:
             self._cache_prefix(prompt_tokens)
         else:
             self._eval_prompt(prompt_tokens)  # temp 0: afresh, as a user's first request
-        if self._draft is not None and not self.rolls_back:
-            return self._generate_replaying(
-                prompt_tokens, sampling=sampling, seed=seed, max_tokens=max_tokens
-            )
-        rows = np.empty((max_tokens, self._n_vocab), dtype=np.float32)
-        tokens: list[int] = []
-        stop_reason = "length"
         t0 = time.perf_counter()
-        t_first = t0
-        gen = llm.generate(
-            list(prompt_tokens),
-            **_chain_settings(sampling),
-            reset=True,
+        if self._draft is not None and not self.rolls_back:
+            out = self._decode_replaying(prompt_tokens, sampling, max_tokens)
+        else:
+            out = self._decode(prompt_tokens, sampling, max_tokens, t0=t0)
+        t_end = time.perf_counter()
+        return self._generation(
+            prompt_tokens,
+            out.tokens,
+            out.rows,
+            stop_reason=out.stop_reason,
+            seed=seed,
+            t_prompt=out.t_first - t0,
+            t_decode=t_end - out.t_first,
+            draft_steps=self._draft_steps(len(prompt_tokens), out.tokens),
+            draft_s=self._draft.seconds if self._draft is not None else 0.0,
         )
+
+    def _decode(
+        self, prompt_tokens: Sequence[int], sampling: SamplingConfig, max_tokens: int, *, t0: float
+    ) -> Decoded:
+        """llama-cpp-python's own loop (`Llama.generate`, the draft model in its hook), from a
+        prompt `generate` has evaluated; each token with the row it was sampled from."""
+        llm, n_prompt = self.llm, len(prompt_tokens)
+        rows = np.empty((max_tokens, self._n_vocab), dtype=np.float32)
+        out = Decoded(tokens=[], rows=rows, stop_reason="length", t_first=t0)
+        gen = llm.generate(list(prompt_tokens), **_chain_settings(sampling), reset=True)
         try:
             for token in gen:
-                k = len(tokens)
+                k = len(out.tokens)
                 if k == 0:
-                    t_first = time.perf_counter()
+                    out.t_first = time.perf_counter()
                 # The row the sampler just used: with logits_all it is stored at the position
                 # of the last token before this one; without, it is the context's last row.
                 rows[k] = llm.scores[n_prompt - 1 + k] if self._draft else _last_row(llm)
-                tokens.append(int(token))
+                out.tokens.append(int(token))
                 if self._is_eog(token):
-                    stop_reason = "eos"
+                    out.stop_reason = "eos"
                     break
-                if len(tokens) >= max_tokens:
+                if len(out.tokens) >= max_tokens:
                     break
         except (RuntimeError, ctypes.ArgumentError) as exc:
             raise EngineError(
@@ -187,40 +165,23 @@ class LlamaCppEngine:
             ) from None
         finally:
             gen.close()
-        t_end = time.perf_counter()
-        return self._generation(
-            prompt_tokens,
-            tokens,
-            rows[: len(tokens)],
-            stop_reason=stop_reason,
-            seed=seed,
-            t_prompt=t_first - t0,
-            t_decode=t_end - t_first,
-            draft_steps=self._draft_steps(n_prompt, tokens),
-            draft_s=self._draft.seconds if self._draft is not None else 0.0,
-        )
+        out.rows = rows[: len(out.tokens)]
+        return out
 
-    def _generate_replaying(
-        self,
-        prompt_tokens: Sequence[int],
-        *,
-        sampling: SamplingConfig,
-        seed: int | None,
-        max_tokens: int,
-    ) -> Generation:
+    def _decode_replaying(
+        self, prompt_tokens: Sequence[int], sampling: SamplingConfig, max_tokens: int
+    ) -> Decoded:
         """The speculative path of a target that cannot roll back (`equiv.engines.replay`), from
         a prompt `generate` has evaluated (in sampling mode, all but its last token)."""
         llm, draft = self.llm, self._draft
         assert draft is not None
         n_prompt = len(prompt_tokens)
-        t0 = time.perf_counter()
         if llm.n_tokens < n_prompt:  # sampling: the last prompt token, as Llama.generate does
             llm.eval([prompt_tokens[-1]])
 
-        def make_sampler() -> Any:
-            return llm._init_sampler(
-                **_chain_settings(sampling),
-            )
+        def make_sampler() -> Sampler:
+            sampler: Sampler = llm._init_sampler(**_chain_settings(sampling))
+            return sampler
 
         try:
             out = decode(
@@ -236,20 +197,9 @@ class LlamaCppEngine:
                 f"llama.cpp failed while generating on the {self.path} path (checkpoint and "
                 f"replay): {exc}"
             ) from None
-        t_end = time.perf_counter()
         self.last_replays = tuple(out.replays)
         self.last_checkpoints = out.checkpoints
-        return self._generation(
-            prompt_tokens,
-            out.tokens,
-            out.rows,
-            stop_reason=out.stop_reason,
-            seed=seed,
-            t_prompt=out.t_first - t0,
-            t_decode=t_end - out.t_first,
-            draft_steps=self._draft_steps(n_prompt, out.tokens),
-            draft_s=draft.seconds,
-        )
+        return out
 
     def _check_fits(self, n_prompt: int, max_tokens: int) -> None:
         """The runner checks every prompt up front; this guards direct callers of `generate`."""
@@ -298,110 +248,6 @@ class LlamaCppEngine:
             judgements=judgements,
         )
 
-    def _cache_prefix(self, prompt_tokens: Sequence[int]) -> None:
-        """The prompt minus its last token in the KV cache, evaluated (without output rows) only
-        when the cache does not hold it already.
-
-        Sampling: llama-cpp-python's prefix matching then re-evaluates only the last prompt
-        token before each seed's decode, so every seed (the first included) starts from the same
-        KV cache and the same single-token row, and an extra seed costs only its own decode.
-        Batched re-scoring: the batch goes on top of the prompt this path just generated from.
-        """
-        llm = self.llm
-        head = list(prompt_tokens[:-1])
-        if not self.rolls_back:
-            self._restore_prefix(head)
-            return
-        if llm.n_tokens >= len(head) and llm.input_ids[: len(head)].tolist() == head:
-            return
-        reset(llm)
-        if head:
-            self._eval_without_rows(head)
-
-    def _restore_prefix(self, head: list[int]) -> None:
-        """`_cache_prefix` for a target that cannot roll back: the state after ``head`` exactly,
-        restored from a checkpoint saved when ``head`` was first evaluated."""
-        llm = self.llm
-        if llm.n_tokens == len(head) and llm.input_ids[: len(head)].tolist() == head:
-            return
-        if self._prefix is not None and self._prefix.tokens == tuple(head):
-            self._prefix.restore(llm)
-            return
-        reset(llm)
-        self._prefix = None
-        if head:
-            self._eval_without_rows(head)
-            self._prefix = Checkpoint(llm, partial=False)
-
-    def _eval_without_rows(self, tokens: Sequence[int]) -> None:
-        """Evaluate into the KV cache with the output row of each batch's last token only, even
-        with logits_all (a prompt of 1,400 tokens would otherwise compute and copy 1.4 GB of
-        logits nobody reads). The batches are the ones `Llama.eval` forms, so the hidden states,
-        and the last token's row, are bit for bit those of an evaluation with every row."""
-        llm = self.llm
-        saved = llm._logits_all
-        llm._logits_all = False
-        try:
-            llm.eval(list(tokens))
-        finally:
-            llm._logits_all = saved
-
-    def _eval_prompt(self, prompt_tokens: Sequence[int]) -> None:
-        """The whole prompt afresh, as llama-server evaluates it: one output row, its last.
-
-        With logits_all the row is stored where `Llama.generate` and the decode loop read it
-        (``scores[n_prompt - 1]``), and `Llama.generate` then finds the prompt cached and samples
-        from it. Memory stays independent of the prompt's length x the vocabulary.
-        """
-        llm = self.llm
-        reset(llm)
-        self._eval_without_rows(prompt_tokens)
-        if llm._logits_all:
-            llm.scores[len(prompt_tokens) - 1] = _last_row(llm)
-
-    def rescore(
-        self, prompt_tokens: Sequence[int], tokens: Sequence[int], *, batched: bool
-    ) -> npt.NDArray[np.float32]:
-        """The target's logits rows for ``tokens`` after ``prompt_tokens`` (teacher forcing).
-
-        Row i is the distribution of tokens[i]. ``batched=False`` evaluates the continuation one
-        token at a time (as plain decoding does); ``batched=True`` evaluates prompt and
-        continuation in one pass with every row computed (as draft verification does), which
-        only the speculative path's context can (it has logits_all). Single-token re-scoring
-        evaluates the prompt exactly as this engine's `generate` does in the current mode, so
-        re-scoring the baseline's own tokens reproduces its rows bit for bit.
-        """
-        llm = self.llm
-        n_prompt, n = len(prompt_tokens), len(tokens)
-        rows = np.empty((n, self._n_vocab), dtype=np.float32)
-        if not batched and self.config.mode is Mode.SAMPLING and self.reuse_prompt_state:
-            self._cache_prefix(prompt_tokens)
-            llm.n_tokens = n_prompt - 1
-            llm.eval([prompt_tokens[-1]])
-            return self._single_token_rows(tokens, rows)
-        if batched:
-            if not llm._logits_all:
-                raise EngineError("batched re-scoring needs the speculative path (logits_all)")
-            # As verification does: one batch with every row computed, on top of the prompt's
-            # KV (usually in the cache already: this path just generated from the same prompt).
-            self._cache_prefix(prompt_tokens)
-            llm.n_tokens = n_prompt - 1  # eval drops the KV cache from here on
-            llm.eval([prompt_tokens[-1], *tokens[:-1]])
-            rows[:] = llm.scores[n_prompt - 1 : n_prompt - 1 + n]
-            return rows
-        self._eval_prompt(prompt_tokens)
-        return self._single_token_rows(tokens, rows)
-
-    def _single_token_rows(
-        self, tokens: Sequence[int], rows: npt.NDArray[np.float32]
-    ) -> npt.NDArray[np.float32]:
-        llm = self.llm
-        for i in range(len(tokens)):
-            rows[i] = llm.scores[llm.n_tokens - 1] if llm._logits_all else _last_row(llm)
-            if i + 1 < len(tokens):
-                llm.eval([tokens[i]])
-        return rows
-
     def _draft_steps(self, n_prompt: int, tokens: Sequence[int]) -> tuple[DraftStep, ...]:
         """Accepted counts, from what the target finally emitted after each drafting call."""
         if self._draft is None:
@@ -436,7 +282,7 @@ class LlamaCppEngine:
             "flash_attn": cfg.flash_attn,
             "kv_type": "f16",
             "logits_all": self._draft is not None,
-            "chat_template": _sha(self._template) or f"builtin:{self._builtin_template}",
+            "chat_template": self._format.template_id,
             "sampler_chain": "penalties,top_k,typical,top_p,min_p,temp,dist",
             "sampling": cfg.sampling.to_dict(),
             "seed_policy": "explicit seeds 1..2**32-2 (0 refused: random in llama-cpp-python)",
@@ -463,7 +309,18 @@ class LlamaCppEngine:
                 llm.close()
 
 
-def _chain_settings(sampling: SamplingConfig) -> dict[str, float]:
+class _ChainSettings(TypedDict):
+    temp: float
+    top_k: int
+    top_p: float
+    min_p: float
+    typical_p: float
+    repeat_penalty: float
+    frequency_penalty: float
+    presence_penalty: float
+
+
+def _chain_settings(sampling: SamplingConfig) -> _ChainSettings:
     """llama-cpp-python's sampler-chain arguments for ``sampling`` (generate, the replay loop)."""
     return {
         "temp": sampling.temp,
@@ -475,14 +332,6 @@ def _chain_settings(sampling: SamplingConfig) -> dict[str, float]:
         "frequency_penalty": sampling.frequency_penalty,
         "presence_penalty": sampling.presence_penalty,
     }
-
-
-def _sha(text: str | None) -> str | None:
-    if text is None:
-        return None
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def make_engine(config: RunConfig, *, speculative: bool) -> LlamaCppEngine:
