@@ -7,7 +7,7 @@ small vocabulary, `sequential_level.simulate`), sampled for up to ``--budget`` s
 records in process. The runs are independent: each prompt of each run has its own model and its
 own random streams.
 
-Each look is judged as the runner judges it (`equiv.run.runner.Runner._run_in_looks`): every
+Each look is judged as the runner judges it (`equiv.run.looks.run_in_looks`): every
 prompt still running by `analyze` + `classify_sampling` at its share ``alpha (1 - POOLED_SHARE)
 / P`` of the level (times the look's share), stopping at a verdict of `STOPPING_LABELS`; the run
 by `judge_run` at ``alpha POOLED_SHARE`` (times the look's share) over every prompt's seeds so

@@ -4,56 +4,40 @@ appended to the results file the moment it is finished, so a rerun with ``resume
 The runner sequences the stages of a run: what is left to do (`equiv.run.resume`), the engines'
 generations, the evidence a verdict needs (`equiv.run.evidence`: re-scoring, the placebo, the
 chain's PIT of sampled tokens), the verdicts (`equiv.verdicts`: comparison, classification,
-the analysis of a sampled prompt), the controls, and a typed record of each in the file.
+the analysis of a sampled prompt; a sampling run in looks, `equiv.run.looks`), the controls
+(`equiv.run.controls`), and a typed record of each in the file.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
-import sys
-import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from equiv import __version__
 from equiv.config import Mode, RunConfig
-from equiv.engines.base import (
-    Engine,
-    EngineFactory,
-    drafts_from_file,
-    in_flight,
-    server_facts,
-)
+from equiv.engines.base import Engine, EngineFactory, drafts_from_file, in_flight
 from equiv.engines.registry import build_engine
 from equiv.errors import EngineError, PathFailedError, PromptError
 from equiv.json_types import JSONDict, JSONObject
-from equiv.records import (
-    AnalysisRecord,
-    Control,
-    EventRecord,
-    Generation,
-    HeaderRecord,
-    ResultRecord,
-    ResultsFile,
-    analysis_key,
+from equiv.records import AnalysisRecord, Generation, HeaderRecord, ResultRecord, ResultsFile
+from equiv.run.controls import (
+    SELF_DRAFT_MIN_ACCEPTANCE,
+    determinism_event,
+    engine_failure_event,
+    path_failed,
+    self_draft_event,
 )
-from equiv.records.machine import Machine
 from equiv.run.evidence import BatchOnce, Evidence, SampleEvidence
+from equiv.run.header import run_header
 from equiv.run.inflight import completed
-from equiv.run.judging import SamplingJudge, group_by_prompt
+from equiv.run.judging import SamplingJudge
 from equiv.run.lock import ResultsLock
+from equiv.run.looks import run_in_looks
 from equiv.run.plan import PlanItem, plan
 from equiv.run.resume import ResumePlan, plan_resume
 from equiv.verdicts.quality.graders import grade_pair
-from equiv.verdicts.runs.summary import summarize
-from equiv.verdicts.sampling.run_verdict import (
-    POOLED_SHARE,
-    RUN_STOPPING,
-)
-from equiv.verdicts.stats.sequential import schedule, stops
-from equiv.verdicts.temp0.classify import classify_temp0, fingerprint_differences
+from equiv.verdicts.sampling.run_verdict import POOLED_SHARE
+from equiv.verdicts.temp0.classify import classify_temp0
 from equiv.verdicts.temp0.compare import compare
 
 __all__ = [
@@ -62,8 +46,6 @@ __all__ = [
     "Runner",
     "plan",
 ]
-
-SELF_DRAFT_MIN_ACCEPTANCE = 0.98
 
 #: ``on_result(item, record, done, total)``: each result as soon as it is in the file.
 ProgressFn = Callable[[PlanItem, ResultRecord, int, int], None]
@@ -160,37 +142,12 @@ class Runner:
 
     # -- running -----------------------------------------------------------------------------
     def header(self, command: str = "") -> HeaderRecord:
-        fingerprints = {
-            "baseline": self.baseline.fingerprint(),
-            "speculative": self.speculative.fingerprint(),
-        }
-        self.differences = fingerprint_differences(
-            fingerprints["baseline"], fingerprints["speculative"]
+        """This run's header (`run_header`); the paths' differences it names are kept."""
+        header = run_header(
+            self.config, self.baseline, self.speculative, command=command, extra=self.extra_header
         )
-        servers = {
-            engine.path: facts
-            for engine in (self.baseline, self.speculative)
-            if (facts := server_facts(engine)) is not None
-        }
-        # The machine the numerics ran on, with the in-process build's llama.cpp system info.
-        system_info = next(
-            (str(f["system_info"]) for f in fingerprints.values() if f.get("system_info")), ""
-        )
-        return HeaderRecord(
-            equiv=__version__,
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            command=command,
-            python=sys.version.split()[0],
-            machine=Machine.here(system_info=system_info),
-            config=self.config.to_dict(),
-            fingerprints=fingerprints,
-            differences=tuple(self.differences),
-            capabilities={
-                "baseline": self.baseline.capabilities.to_dict(),
-                "speculative": self.speculative.capabilities.to_dict(),
-            },
-            extra={**({"servers": servers} if servers else {}), **self.extra_header},
-        )
+        self.differences = list(header.differences)
+        return header
 
     def run(
         self,
@@ -212,17 +169,7 @@ class Runner:
         """
         header = self.header(command)
         self.dropped = 0
-        contents = self.results.read()
-        if contents.header is None and not contents.replaceable:
-            self.results.header()  # not a results file: ResultsError naming its first line
-        left = plan_resume(
-            contents,
-            items,
-            resume=resume,
-            config=self.config,
-            controls=self.controls,
-            can_redo=self.evidence.can_redo,
-        )
+        left = self._left(items, resume=resume)
         # Every up-front check before anything is written.
         prompt_tokens = self.tokenize(left.todo)
         self._start_file(left, header)
@@ -234,7 +181,14 @@ class Runner:
         self.judge = SamplingJudge(self, prompt_alpha=prompt_alpha, pool=pool and sampling)
         analyses: list[AnalysisRecord] = []
         if sampling and self.config.looks > 1:
-            results, analyses = self._run_in_looks(items, left, prompt_tokens, on_result)
+            results, analyses = run_in_looks(
+                items,
+                left,
+                config=self.config,
+                results=self.results,
+                judge=self.judge,
+                run_batch=lambda step: self._run_todo(step, prompt_tokens, on_result),
+            )
         else:
             results = self._run_todo(left, prompt_tokens, on_result)
         if left.determinism and not results:
@@ -245,6 +199,20 @@ class Runner:
         if (self.controls and added) or left.self_draft:
             self._self_draft_control()  # over every result, whenever results were added
         return added
+
+    def _left(self, items: Sequence[PlanItem], *, resume: bool) -> ResumePlan:
+        """What is left of ``items`` to do, given the file as it is (`plan_resume`)."""
+        contents = self.results.read()
+        if contents.header is None and not contents.replaceable:
+            self.results.header()  # not a results file: ResultsError naming its first line
+        return plan_resume(
+            contents,
+            items,
+            resume=resume,
+            config=self.config,
+            controls=self.controls,
+            can_redo=self.evidence.can_redo,
+        )
 
     def _start_file(self, left: ResumePlan, header: HeaderRecord) -> None:
         """A fresh file gets this run's header; a resumed one loses what is redone."""
@@ -283,15 +251,7 @@ class Runner:
                     on_result(item, record, index + 1, len(todo))
         except PathFailedError as failure:
             # after the answers still in flight are written: the failure is a finding
-            self.results.append_event(
-                EventRecord(
-                    event=Control.ENGINE_FAILURE.value,
-                    ok=False,
-                    key=failure.key,
-                    detail=str(failure),
-                    extra={"path": failure.path, "cause": failure.cause},
-                )
-            )
+            self.results.append_event(engine_failure_event(failure))
             raise
         return records
 
@@ -306,7 +266,7 @@ class Runner:
                 tokens, sampling=self.config.sampling, seed=seed, max_tokens=max_tokens
             )
         except EngineError as exc:
-            raise _path_failed("baseline", key, exc, other_answered=False) from exc
+            raise path_failed("baseline", key, exc, other_answered=False) from exc
         try:
             spec = self.speculative.generate(
                 tokens,
@@ -315,7 +275,7 @@ class Runner:
                 max_tokens=max_tokens,
             )
         except EngineError as exc:
-            raise _path_failed("speculative", key, exc, other_answered=True) from exc
+            raise path_failed("speculative", key, exc, other_answered=True) from exc
         return base, spec
 
     def _run_item(self, item: PlanItem, tokens: list[int]) -> ResultRecord:
@@ -363,76 +323,13 @@ class Runner:
         # As the file holds it: the rows each path used dropped, its figures rounded.
         return ResultRecord.from_dict(record.to_dict())
 
-    def _run_in_looks(
-        self,
-        items: Sequence[PlanItem],
-        left: ResumePlan,
-        prompt_tokens: dict[str, list[int]],
-        on_result: ProgressFn | None,
-    ) -> tuple[list[ResultRecord], list[AnalysisRecord]]:
-        """Sampling with ``looks`` > 1: the seeds in rounds (`sequential.schedule`) over every
-        prompt still running. After each round each such prompt is judged on the seeds it has
-        and stops at the first look that `sequential.stops` it; the run is judged on every
-        prompt's seeds pooled, and where that answer is conclusive (`RUN_STOPPING`) the run
-        stops, every prompt with it (the last look always does). Every decision is a pure
-        function of the file's results, and the run's answer is written before the prompts it
-        stops, so a resumed run decides as the interrupted one did."""
-        by_prompt = group_by_prompt(items)
-        contents = self.results.read()
-        analysed = {a.key for a in contents.analyses}
-        decided = self.judge.recorded_run(contents.runs)
-        running = [key for key in by_prompt if analysis_key(key) not in analysed]
-        todo = {item.key for item in left.todo}
-        results: list[ResultRecord] = []
-        analyses: list[AnalysisRecord] = []
-        for look in schedule(len(self.config.seeds), self.config.looks):
-            batch = [i for key in running for i in by_prompt[key][: look.seeds] if i.key in todo]
-            if batch and decided is None:
-                first = left.determinism and not results
-                step = dataclasses.replace(left, todo=tuple(batch), determinism=first)
-                results += self._run_todo(step, prompt_tokens, on_result)
-                todo -= {i.key for i in batch}
-            done = {r.key: r for r in self.results.read().results}  # once per look
-            judged = {
-                key: record
-                for key in running
-                if (record := self.judge.judge_prompt(by_prompt[key][: look.seeds], done))
-                is not None
-            }
-            if self.judge.pool and decided is None:
-                labels = Counter(a.judged.label for a in self.results.read().analyses)
-                labels.update(r.judged.label for r in judged.values())
-                run = self.judge.judge_run_at(by_prompt, done, labels, look)
-                if look.last or run.verdict.label in RUN_STOPPING:
-                    decided = run
-                    self.results.append_run(run.record())
-            stopped = decided.stopping if decided is not None else None
-            ends = stopped is not None and stopped.look == look.index
-            for key, record in judged.items():
-                if ends or stops(record.judged.label, look):
-                    by_run = ends and not stops(record.judged.label, look)
-                    analyses.append(self.judge.finish_prompt(record, look, by_run=by_run))
-                    running.remove(key)
-            if ends:
-                break
-        return results, analyses
-
     def _determinism_control(self, item: PlanItem, tokens: list[int], first: Sequence[int]) -> None:
         """The baseline run twice must give the same tokens, or no comparison means anything.
         ``first``: the tokens the baseline gave the first time."""
         again = self.baseline.generate(
             tokens, sampling=self.config.sampling, seed=item.seed, max_tokens=item.max_tokens
         )
-        ok = list(again.tokens) == list(first)
-        detail = "baseline repeated on the first prompt gave identical tokens"
-        if not ok:
-            detail = (
-                "baseline repeated on the first prompt gave DIFFERENT tokens: the engine is "
-                "not deterministic, so differences cannot be blamed on speculative decoding"
-            )
-        self.results.append_event(
-            EventRecord(event=Control.DETERMINISM.value, ok=ok, key=item.key, detail=detail)
-        )
+        self.results.append_event(determinism_event(item.key, first, again.tokens))
 
     def _late_determinism_control(self, items: Sequence[PlanItem]) -> None:
         """Every result was there already, but the control was not (a crash right after the
@@ -448,33 +345,4 @@ class Runner:
             return
         if not drafts_from_file(self.speculative):  # n-gram / MTP: the draft file is unused
             return
-        rate = summarize(self.results.read().results).total.acceptance
-        ok = rate is not None and rate >= SELF_DRAFT_MIN_ACCEPTANCE
-        detail = "self-draft drafted no tokens"
-        if rate is not None:
-            detail = f"self-draft acceptance {rate:.4f} (needs >= {SELF_DRAFT_MIN_ACCEPTANCE})"
-        self.results.append_event(
-            EventRecord(
-                event=Control.SELF_DRAFT.value, ok=ok, detail=detail, extra={"acceptance": rate}
-            )
-        )
-
-
-def _path_failed(path: str, key: str, exc: EngineError, *, other_answered: bool) -> PathFailedError:
-    """The finding of one path's failure, and what the rerun does."""
-    cause = str(exc)
-    where = f" on {key}" if key else ""
-    if other_answered:
-        finding = (
-            f"the speculative path failed{where}, where the baseline answered the same "
-            "request: a fault of the speculative deployment"
-        )
-    else:
-        finding = f"the baseline path failed{where}: not a finding about speculative decoding"
-    return PathFailedError(
-        f"{finding}. Its error: {cause.rstrip('.')}. Every finished result is kept; what was not "
-        "run is inconclusive: restart the server and rerun with --resume to finish.",
-        path=path,
-        key=key,
-        cause=cause,
-    )
+        self.results.append_event(self_draft_event(self.results.read().results))
