@@ -25,6 +25,9 @@ from equiv.options.table import (
 #: The server's options, in the order of ``equiv run --help`` before engines declared them.
 SERVER_NAMES = [
     "server-bin",
+    "vllm-model",
+    "vllm-python",
+    "vllm-spec-config",
     "server-args",
     "server-draft-args",
     "server-spec-type",
