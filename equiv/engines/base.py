@@ -86,9 +86,9 @@ class Capabilities:
         return asdict(self)
 
 
-# Fingerprint keys the classifier knows by name (`equiv.verdicts.temp0.classify`): an engine that
-# reports one of these must mean the same thing by it, and may add keys of its own. Keys that
-# differ between the two paths by design are listed in `FINGERPRINT_KEYS["by_design"]`.
+# Fingerprint keys the classifier knows by name (`equiv.verdicts.temp0.misconfiguration`): an
+# engine that reports one of these must mean the same thing by it, and may add keys of its own.
+# Keys that differ between the two paths by design are listed in `FINGERPRINT_KEYS["by_design"]`.
 FINGERPRINT_KEYS: dict[str, tuple[str, ...]] = {
     "compared": (
         "target_sha256",

@@ -2,7 +2,7 @@
 
 Every record of the results file is read through `Fields`: a missing field or a value of the
 wrong type raises `FieldError` with the field's dotted path (``baseline.tokens``) and what was
-found, which `equiv.records.file` turns into "line N: field: message".
+found, which `equiv.records.reader` turns into "line N: field: message".
 """
 
 from __future__ import annotations

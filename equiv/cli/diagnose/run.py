@@ -84,7 +84,7 @@ def _run_mode(
     console: Any,
 ) -> tuple[Summary, str | None]:
     """One mode's run with progress, its summary.json and report.html: its summary, and the
-    header's speculation problem (`equiv.verdicts.temp0.classify.speculation_problem`)."""
+    header's speculation problem (`equiv.verdicts.temp0.misconfiguration.speculation_problem`)."""
     from rich.console import Console
 
     from equiv.cli.progress import Progress
@@ -94,7 +94,7 @@ def _run_mode(
     from equiv.report.summary_json import write_summary
     from equiv.run.execute import run_plan
     from equiv.run.plan import plan, select_prompts
-    from equiv.verdicts.temp0.classify import speculation_problem
+    from equiv.verdicts.temp0.misconfiguration import speculation_problem
 
     config, pair = build_config(run_values, workdir=out / mode)
     chosen = select_prompts(config.suites, given(run_values["prompt"]))

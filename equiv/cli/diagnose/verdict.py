@@ -58,7 +58,8 @@ def verdict_lines(
 ) -> list[str]:
     """Plain-language verdict and next steps from the runs' `Summary` objects (``seeds``: the
     seeds per prompt the sampling run used, to say how many would decide; ``not_speculating``:
-    the header's speculation problem, `equiv.verdicts.temp0.classify.speculation_problem`)."""
+    the header's speculation problem,
+    `equiv.verdicts.temp0.misconfiguration.speculation_problem`)."""
     lines = []
     if not_speculating:
         lines.append(
