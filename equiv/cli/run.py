@@ -109,11 +109,12 @@ def _run_once(
     served = "the servers' own (equiv reads no model file)"
     target = served if pair.target.served else pair.target.path
     console.print(f"equiv {__version__}  target {target}", markup=False)
-    url = speculative_url(config) if config.engine == "server" else None
-    drafted = f"the speculative server's own, at {url} (equiv loads no draft)" if url else None
-    console.print(
-        f"draft {drafted or f'{pair.draft.path} ({pair.draft.provenance})'}", markup=False
-    )
+    drafted = f"{pair.draft.path} ({pair.draft.provenance})"
+    if pair.draft.served:  # a running server's, or the vLLM equiv starts with its spec config
+        url = speculative_url(config)
+        where = f"at {url}" if url else "started by equiv"
+        drafted = f"the speculative server's own, {where} (equiv loads no draft)"
+    console.print(f"draft {drafted}", markup=False)
     try:
         with Progress(console, total=len(plan(prompts, config))) as progress:
             outcome = run_plan(

@@ -136,7 +136,12 @@ def _pair(v: OptionValues, options: tuple[tuple[str, Setting], ...]) -> ModelPai
     target, draft, name = maybe_text(v, "target"), maybe_text(v, "draft"), text(v, "pair")
     engine = text(v, "engine").partition(":")[0]
     served = name == DEFAULT_PAIR and _servers_bring_models(dict(options), engine)
-    if served and target is None and draft is None:
+    if served and target is None:
+        if draft is not None:
+            raise ConfigError(
+                f"--draft {draft} names a draft for a target equiv has no file of: the servers' "
+                "models are their own; drop --draft, or give --target with the served GGUF too"
+            )
         return ModelPair(ModelSpec.of_server(), ModelSpec.of_server(), vocab=None)
     return resolve_pair(
         target, draft, draft_quant=text(v, "draft_quant"), pair=name, served_draft=served

@@ -266,7 +266,13 @@ def rows_of_tokens(
             f"row {earliest.index(at)} (token {tokens[at]}) fits token {at} as well as a later "
             "one: llama-server gives no row to a token that leaves a UTF-8 character unfinished "
             "(byte pieces), and here two such tokens share an ID, so equiv cannot tell which "
-            "token a row belongs to. Leave that prompt out (a rerun asks the same seed)"
+            "token a row belongs to"
+            + (
+                ". Leave that prompt out (a rerun asks the same seed)"
+                if pieces is not None
+                else " without the vocabulary's bytes: pass --target with the served GGUF, or "
+                "leave that prompt out"
+            )
         )
     owner: list[int | None] = [None] * len(tokens)
     for j, i in enumerate(earliest):

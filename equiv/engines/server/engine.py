@@ -67,7 +67,8 @@ def make_engine(config: RunConfig, *, speculative: bool) -> ServerEngine:
 
 
 class ServerEngine:
-    """One path over HTTP; starts (and owns) its llama-server when given ``server_bin``."""
+    """One path over HTTP; starts (and owns) its server when given ``server_bin`` (llama-server)
+    or ``vllm_model`` (vLLM)."""
 
     # equiv.engines.base.BatchRescoring: a cold prompt is a batch, so the baseline server
     # re-scores both ways, and the path under test is asked for nothing.
@@ -104,20 +105,12 @@ class ServerEngine:
             backoff_s=settings.backoff_s,
             alive=None if self._server is None else self._server.alive,
         )
-        try:
+        try:  # a server equiv started is stopped whatever fails (or Ctrl-C) before the run
             self._facts = self._inspect()
+            self._rescorer, self._rescoring_how = self._scorer()
         except BaseException:
             self.close()
             raise
-        self._rescorer: LlamaRescorer | OpenAIRescorer | None = None
-        self._rescoring_how = "none: the server returns no token IDs"
-        if self.api == "llama":
-            self._rescorer = LlamaRescorer(
-                self.client, n_vocab=self._llama_vocab(), n_probs=rescore_candidates(config)
-            )
-            self._rescoring_how = "llama-server n_probs: forced decoding, batched one by one"
-        elif self._facts.get("token_ids"):
-            self._rescorer, self._rescoring_how = self._openai_scorer()
         self.capabilities = Capabilities(
             full_logits=False,
             deterministic_seed=self.api == "llama",
@@ -141,8 +134,12 @@ class ServerEngine:
             self.client, model=self.settings.model, role=self.path, placebo=self._placebo()
         )
         self.model = facts.model
+        self._vllm = facts.vllm
         if self.settings.vllm_model:  # the vLLM equiv started: its version, as llama-server's
-            version = self.client.get("/version")
+            try:
+                version = self.client.get("/version")
+            except HttpStatusError:  # a build without /version: the version stays unknown
+                version = None
             if isinstance(version, dict) and version.get("version"):
                 self._server_version = f"vLLM {version['version']}"
         probe = self._probe()
@@ -171,6 +168,17 @@ class ServerEngine:
             fix = refusal_fix(str(exc), sampling, k=self._n_probs(sampling), path=self.path)
             raise ConfigError(f"{exc}\n{fix}") from None
 
+    def _scorer(self) -> tuple[LlamaRescorer | OpenAIRescorer | None, str]:
+        """This server's re-scoring and how it scores (`equiv.engines.base.Rescoring`)."""
+        if self.api == "llama":
+            rescorer = LlamaRescorer(
+                self.client, n_vocab=self._llama_vocab(), n_probs=rescore_candidates(self.config)
+            )
+            return rescorer, "llama-server n_probs: forced decoding, batched one by one"
+        if self._facts.get("token_ids"):
+            return self._openai_scorer()
+        return None, "none: the server returns no token IDs"
+
     def _llama_vocab(self) -> int:
         """The vocabulary size llama-server reports (``/v1/models``), else the target file's."""
         n_vocab = self._facts.get("n_vocab")
@@ -186,9 +194,14 @@ class ServerEngine:
     def _openai_scorer(self) -> tuple[OpenAIRescorer | None, str]:
         """vLLM's prompt_logprobs or SGLang's /generate, whichever this server answers."""
         if self.config.target.served:
-            n_vocab = openai_vocab_size(self.client, model=self.model)
+            # vLLM bounds prompt IDs by its vocabulary, so its refusals find the size; another
+            # server might index past its embeddings: it is not sent an ID it may not know
+            n_vocab = openai_vocab_size(self.client, model=self.model) if self._vllm else None
             if n_vocab is None:
-                return None, "none: the server does not say its vocabulary size"
+                return None, (
+                    "none: the server does not say its vocabulary size (pass --target with its "
+                    "GGUF)"
+                )
         else:
             try:
                 n_vocab = read_gguf_info(self.config.target.path).vocab_size
@@ -260,7 +273,7 @@ class ServerEngine:
     def _raise_if_dead(self) -> None:
         if self._server is not None and not self._server.alive():
             raise EngineError(
-                f"the {self.path} llama-server (started by equiv) exited with code "
+                f"the {self.path} {self._server.name} (started by equiv) exited with code "
                 f"{self._server.proc.returncode} mid-run; its log ({self._server.log_path}) "
                 f"ends with:\n{log_tail(self._server.log_path, 15)}\nfinished results are "
                 "kept: rerun with --resume"

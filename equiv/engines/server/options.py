@@ -53,8 +53,9 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "server-args",
         "--engine server with --server-bin or --vllm-model: more server flags for both paths, "
-        "quoted (e.g. '-ngl 99 -ctk q8_0', or vLLM's '--dtype bfloat16'; equiv sets model, "
-        "context, slots, batch, threads, seed)",
+        "quoted (e.g. '-ngl 99 -ctk q8_0'; equiv sets llama-server's model, context, slots, "
+        "batch, threads, seed; or vLLM's '--dtype bfloat16'; equiv sets its model, "
+        "--max-model-len, --max-num-seqs, --max-logprobs)",
         metavar="FLAGS",
         engine="server",
     ),

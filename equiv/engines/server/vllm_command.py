@@ -90,15 +90,21 @@ def split_vllm_draft(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:cut], argv[cut:]
 
 
-def vllm_env(speculative: bool, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: equiv's own, and on a CPU build each path on half the cores
-    (the baseline the first half, the speculative server the second) unless the user binds
-    them (``VLLM_CPU_OMP_THREADS_BIND``)."""
+def vllm_env(
+    speculative: bool,
+    environ: Mapping[str, str] | None = None,
+    cores: Sequence[int] | None = None,
+) -> dict[str, str]:
+    """The server's environment: equiv's own, and on a CPU build each path on as many of the
+    ``cores`` (default: those equiv may run on), the baseline the first half, the speculative
+    server the second, unless the user binds them (``VLLM_CPU_OMP_THREADS_BIND``): the same
+    thread count on both paths, so no reduction is split otherwise on one."""
     env = dict(os.environ if environ is None else environ)
-    if "VLLM_CPU_OMP_THREADS_BIND" not in env:
+    if cores is None:
         cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if "VLLM_CPU_OMP_THREADS_BIND" not in env:
         half = len(cores) // 2
-        if half:
-            mine = cores[half:] if speculative else cores[:half]
+        if half:  # as many cores each (on an odd count one is left to the rest)
+            mine = cores[half : 2 * half] if speculative else cores[:half]
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, mine))
     return env
