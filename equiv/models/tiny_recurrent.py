@@ -17,7 +17,7 @@ random with a fixed seed, shaped so the model is not degenerate:
   salad of English pieces, not special or unused tokens;
 - its scale (``OUTPUT_STD``) sets how peaky the next-token distribution is (the share of positions
   whose top two logits lie within 1.0 of each other, and the entropy at temperature 0.8, are
-  measured in tests/test_tiny_recurrent.py);
+  measured in tests/models/test_tiny_recurrent.py);
 - the layers add context to a strong token-to-token map (through the residual stream), so the
   text depends on more than the last token.
 

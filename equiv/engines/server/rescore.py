@@ -11,10 +11,10 @@ server evaluated each row is chosen by the request:
   exactly the sample, evaluating the prompt as generation does and then one token at a time.
   A grammar is a sampler: the rows ``n_probs`` reads are the raw ones. Every row is then the row
   generation computed at that position, bit for bit where the server ran one request at a time
-  (the same evaluations in the same order; `tests/test_rescore_server.py`), whatever the
-  model's caches. A row cannot be asked for a context alone: it is generation's only if every
-  token before it was evaluated as generation did, so a sample is decoded whole from the
-  prompt, and rows are reused only where every row of a sample is known already
+  (the same evaluations in the same order; `tests/engines/server/test_rescore_server.py`),
+  whatever the model's caches. A row cannot be asked for a context alone: it is generation's
+  only if every token before it was evaluated as generation did, so a sample is decoded whole
+  from the prompt, and rows are reused only where every row of a sample is known already
   (`RescoreCost.rows_reused`; the last `CACHE_ROWS` contexts are kept). A server that refuses
   the grammar (HTTP 4xx) is asked one position at a time instead, each on the cached prefix
   of the one before (older builds; on Gemma 3 without ``--swa-full`` llama-server then

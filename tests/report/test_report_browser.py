@@ -18,7 +18,7 @@ import pytest
 
 from equiv.report import write_report
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TEMP0 = FIXTURES / "temp0_results.jsonl"
 HOSTILE = FIXTURES / "hostile_results.jsonl"
 

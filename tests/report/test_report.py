@@ -24,7 +24,7 @@ from equiv.report.json import script_json
 from equiv.report.text import plain, visible
 from equiv.verdicts.runs.summary import summarize_file
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TEMP0 = FIXTURES / "temp0_results.jsonl"
 HOSTILE = FIXTURES / "hostile_results.jsonl"
 SAMPLING = FIXTURES / "sampling_results.jsonl"

@@ -30,7 +30,7 @@ from equiv.records import (
 )
 from equiv.records import file as records_file
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TEMP0 = FIXTURES / "temp0_results.jsonl"
 SAMPLING = FIXTURES / "sampling_results.jsonl"
 HOSTILE = FIXTURES / "hostile_results.jsonl"
@@ -325,7 +325,7 @@ def test_drop_rewrites_the_file_without_those_results_and_keeps_every_other_line
     import shutil
 
     path = tmp_path / "results.jsonl"
-    shutil.copy(Path(__file__).parent / "fixtures" / "sampling_results.jsonl", path)
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "sampling_results.jsonl", path)
     original = path.read_bytes().splitlines(keepends=True)
     damaged = b'{"kind": "result", "key": "x"\n'  # not a whole record: kept, never guessed
     torn = b'{"kind":"result","key":"code/fib_lt::seed9","sui'

@@ -11,27 +11,13 @@ from typing import Any
 
 import pytest
 from llama_server import server_bin
+from repeating_prompts import REPEATS
 
 from equiv.cli.main import main
 from equiv.records import ResultsFile
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
-#: Text that repeats, so an n-gram lookup finds drafts in it; the small n-gram sizes make the
-#: model's 16-24 tokens enough to draft from (ngram-mod's defaults need 24-token matches).
-REPEATS = [
-    {
-        "id": "numbered",
-        "text": "1. red apple\n2. green pear\n3. blue plum\n4. gold fig\n"
-        "1. red apple\n2. green pear\n3. blue plum\n4. gold fig\n1. red apple\n2.",
-        "max_tokens": 24,
-    },
-    {
-        "id": "calls",
-        "text": "print(add(1, 2))\nprint(add(3, 4))\nprint(add(5, 6))\nprint(add(7, 8))\nprint(",
-        "max_tokens": 24,
-    },
-]
 NGRAM_ARGS = "--spec-ngram-mod-n-match 3 --spec-ngram-mod-n-min 1 --spec-ngram-mod-n-max 6"
 
 

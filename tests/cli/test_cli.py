@@ -137,7 +137,7 @@ def fake_run(tmp_path, make_gguf, monkeypatch):
     import shutil
     from pathlib import Path
 
-    here = Path(__file__).parent / "plugin" / "fake_engine.py"
+    here = Path(__file__).parents[1] / "plugin" / "fake_engine.py"
     shutil.copy(here, tmp_path / "fake_engine.py")
     monkeypatch.syspath_prepend(str(tmp_path))
     suite = tmp_path / "s.jsonl"
@@ -193,7 +193,7 @@ def test_sweep_json_holds_each_values_summary(fake_run, tmp_path, capsys):
 def test_an_output_path_that_is_a_folder_is_a_named_error(tmp_path, capsys):
     from pathlib import Path
 
-    fixture = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+    fixture = Path(__file__).parents[1] / "fixtures" / "temp0_results.jsonl"
     assert main(["report", str(fixture), "-o", str(tmp_path)]) == 7
     err = capsys.readouterr().err
     assert f"cannot write {tmp_path}" in err

@@ -15,7 +15,7 @@ import pytest
 from equiv.records import ArgmaxFlips, Label, ResultRecord
 from equiv.verdicts.temp0.divergence_rate import RATE_ALPHA, RATE_SAFETY, divergence_rate, rate_test
 
-FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "temp0_results.jsonl"
 
 
 def _simulated_run(rng, *, ratio, flip_rate=0.01, prompts=24, length=32):

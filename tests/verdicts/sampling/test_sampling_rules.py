@@ -1,7 +1,8 @@
 """Each rule of `equiv.verdicts.sampling.verdict.classify_sampling` on a typed analysis built to
 meet it and nothing before it (the rules run in order: the module's docstring), with the words
-its reason must carry. The statistics that feed them are tested in tests/test_placebo.py,
-tests/test_distribution.py and tests/test_batched_attribution.py."""
+its reason must carry. The statistics that feed them are tested beside it, in
+tests/verdicts/sampling/: test_placebo.py, test_distribution.py and
+test_batched_attribution.py."""
 
 from __future__ import annotations
 

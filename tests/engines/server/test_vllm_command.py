@@ -1,6 +1,6 @@
 """The vLLM servers equiv starts itself (``--vllm-model``): their command lines, the settings
 that refuse a mixed-up request, and what a run without a model file reads. The servers
-themselves run in tests/test_vllm_draft_real.py (marker vllm)."""
+themselves run in tests/engines/server/test_vllm_draft_real.py (marker vllm)."""
 
 from __future__ import annotations
 

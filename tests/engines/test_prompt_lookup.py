@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_spec_types_server import REPEATS
+from repeating_prompts import REPEATS
 
 from equiv.cli.main import main
 from equiv.records import ResultsFile

@@ -21,7 +21,7 @@ from equiv.cli.main import main
 from equiv.records import ResultsFile
 from equiv.records import file as records_file
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 PROMPTS = [
     {"id": "a", "text": "café au lait", "max_tokens": 6},
     {"id": "b", "text": "crème brûlée", "max_tokens": 6},

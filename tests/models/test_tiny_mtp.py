@@ -1,6 +1,6 @@
 """The tiny ``mtp`` target (`equiv.models.tiny_mtp`): built deterministically on the bundled
 tokenizer, with the MTP head llama.cpp looks for; its drafting on llama-server is in
-tests/test_spec_types_server.py."""
+tests/engines/server/test_spec_types_server.py."""
 
 from __future__ import annotations
 

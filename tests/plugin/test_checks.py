@@ -14,7 +14,7 @@ DRIFT = Verdict(Label.NUMERIC_DRIFT, "near tie", {"margin": 0.01, "rows": [1, 2]
 BUG = Verdict(Label.SAMPLER_BUG, "not its own argmax")
 
 
-FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "temp0_results.jsonl"
 
 
 def _check(verdict, *, events=(), identical=None):

@@ -27,7 +27,7 @@ from equiv.report.text import plain
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 TEMP0 = TESTS / "fixtures" / "temp0_results.jsonl"
 SETTINGS = settings(
     max_examples=int(os.environ.get("EQUIV_FUZZ_EXAMPLES", "60")),

@@ -7,7 +7,7 @@ from equiv.records import Control, DraftStep, EventRecord, ResultsFile
 from equiv.records.verdict import Label
 from equiv.verdicts.runs.summary import summarize
 
-FIXTURE = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "temp0_results.jsonl"
 
 
 def _record(steps, draft_s):

@@ -1,5 +1,5 @@
 """The written engine contract's optional capabilities (`equiv.engines.base`) on model-free
-engines; `tests/test_evidence.py` has the evidence stage that asks for them."""
+engines; `tests/run/test_evidence.py` has the evidence stage that asks for them."""
 
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 bundled Q4_0 draft (both as Hugging Face directories, scripts/build_vllm_cpu.sh) drafting for it
 on the other, runs, and stops them.
 
-A module of its own so that its two servers start after tests/test_vllm_real.py's have stopped:
-two vLLM servers hold about 12 GiB, three would not fit beside the tests.
+A module of its own so that its two servers start after
+tests/engines/server/test_vllm_real.py's have stopped: two vLLM servers hold about 12 GiB, three
+would not fit beside the tests.
 """
 
 from __future__ import annotations

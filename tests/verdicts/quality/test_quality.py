@@ -214,7 +214,7 @@ def _record(key: str, base: str, spec: str, label: str) -> dict[str, object]:
     import json
     from pathlib import Path
 
-    fixture = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+    fixture = Path(__file__).parents[2] / "fixtures" / "temp0_results.jsonl"
     lines = [json.loads(line) for line in fixture.read_text(encoding="utf-8").splitlines()]
     recorded = next(r for r in lines if r["kind"] == "result")
     suite, pid = key.split("/")

@@ -44,7 +44,7 @@ def test_minimize_text_by_lines_then_words() -> None:
 
 def test_minimize_refuses_an_identical_result(tmp_path: Path) -> None:
     results = tmp_path / "results.jsonl"
-    fixture = Path(__file__).parent / "fixtures" / "temp0_results.jsonl"
+    fixture = Path(__file__).parents[1] / "fixtures" / "temp0_results.jsonl"
     header, *lines = (json.loads(line) for line in fixture.read_text().splitlines())
     record = next(r for r in lines if r["kind"] == "result" and r["comparison"]["identical"])
     record = {**record, "key": "code/a::temp0"}

@@ -1,7 +1,7 @@
 """The speculative server's ``--spec-type`` (`equiv.engines.server.spec_types`): read from the
 build's ``--help``, checked before the server starts, passed as the user runs it; n-gram types
 get no draft file. Flag handling with stand-in binaries that print a help text (contract tests:
-the real server's runs are in tests/test_spec_types_server.py)."""
+the real server's runs are in tests/engines/server/test_spec_types_server.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_engine_server import NEW_HELP, OLD_HELP, FakeServer, _json
+from scripted_server import NEW_HELP, OLD_HELP, FakeServer, _json
 
 from equiv.config import ModelSpec, RunConfig
 from equiv.engines.server.engine import ServerEngine
