@@ -119,7 +119,14 @@ def _vocab_server(server: FakeServer, n_vocab: int) -> FakeServer:
     server.script["/props"] = [(404, "application/json", b'{"detail": "Not Found"}')]
     server.script["/v1/models"] = [_json({"data": [{"id": "org/model"}]})]
     server.script["/v1/completions"] = [complete]
+    server.script["/metrics"] = [(200, "text/plain", VLLM_METRICS)]
     return server
+
+
+# vLLM's /metrics page, no speculative config: what tells equiv the server is vLLM
+VLLM_METRICS = (
+    b'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} 0.0\n'
+)
 
 
 @pytest.mark.parametrize("n_vocab", [40, 4096, 4097, 262144, 151936])
@@ -175,3 +182,61 @@ def test_the_cli_prints_that_the_models_are_the_servers(server, tmp_path, capsys
 def test_served_specs_survive_a_config_round_trip():
     assert RunConfig.from_dict(SERVED.to_dict()) == SERVED
     assert replace(SERVED, n_ctx=512).target.served
+
+
+def test_a_server_that_is_not_vllm_is_sent_no_token_id_it_may_not_know(server):
+    """Another OpenAI-compatible server might not bound prompt IDs: without a file it gets no
+    re-scoring, and the reason names --target, rather than a bisection past its vocabulary."""
+    _vocab_server(server, 4100)
+    server.script["/metrics"] = [(404, "text/plain", b"not found")]
+    server.script["/tokenize"] = [_json({"tokens": [1, 9], "count": 2})]
+    engine = _engine(server.url)
+    assert not engine.capabilities.rescoring
+    assert "pass --target" in str(engine.server_facts()["rescoring"])
+    assert all(max(body["prompt"]) < 4100 for path, body in _posts(server, "/v1/completions"))
+
+
+def _posts(server: FakeServer, path: str) -> list[tuple[str, Any]]:
+    return [(p, body) for p, body in server.calls if p == path and isinstance(body, dict)]
+
+
+def test_a_draft_without_a_target_is_refused_where_the_servers_bring_their_models(tmp_path):
+    values = {"engine": "server", "draft": str(tmp_path / "d.gguf")}
+    values.update(baseline_url="http://127.0.0.1:1", speculative_url="http://127.0.0.1:2")
+    with pytest.raises(ConfigError, match=r"--draft .*d\.gguf.*drop --draft, or give --target"):
+        build_config(values, workdir=tmp_path)
+    vllm = {"engine": "server", "draft": str(tmp_path / "d.gguf"), "vllm_model": str(tmp_path)}
+    with pytest.raises(ConfigError, match="drop --draft"):
+        build_config(vllm, workdir=tmp_path)
+
+
+class _Started:
+    """What `start_server` hands the engine, around a scripted server: its stop is recorded."""
+
+    name = "vLLM"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.stopped = False
+
+    def alive(self) -> bool:
+        return not self.stopped
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_a_started_server_is_stopped_when_the_engine_fails_before_the_run(server, monkeypatch):
+    """A failure after the start (here: the re-scoring set-up, a llama-server that says no
+    vocabulary size and no --target) stops the server: no engine exists to close it later."""
+    from equiv.engines.server import engine as engine_module
+    from equiv.engines.server.start import Started
+
+    process = _Started(server.url)
+    started = Started(process, (), (), None, drafts_from_file=False)  # type: ignore[arg-type]
+    monkeypatch.setattr(engine_module, "start_server", lambda *a, **k: started)
+    server.script["/v1/models"] = [_json({"data": [{"id": "fake"}]})]  # no n_vocab
+    settings = ServerSettings(vllm_model="/m", backoff_s=0.01)
+    with pytest.raises(EngineError, match="no vocabulary size"):
+        ServerEngine(SERVED, speculative=False, settings=settings)
+    assert process.stopped

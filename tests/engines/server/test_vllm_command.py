@@ -81,13 +81,18 @@ def test_a_spec_config_that_names_no_drafter_is_refused_with_the_value(text, mat
         ServerSettings(vllm_model="/m", vllm_spec_config=text)
 
 
-def test_the_paths_get_disjoint_halves_of_the_cores_unless_the_user_binds_them():
-    base = vllm_env(False, {})
-    speculative = vllm_env(True, {})
-    bound = [e.get("VLLM_CPU_OMP_THREADS_BIND") for e in (base, speculative)]
-    if bound[0] is not None:  # a machine of at least two cores
-        assert set(bound[0].split(",")).isdisjoint(bound[1].split(","))
-    assert vllm_env(True, {"VLLM_CPU_OMP_THREADS_BIND": "7"})["VLLM_CPU_OMP_THREADS_BIND"] == "7"
+@pytest.mark.parametrize("n", [2, 7, 16])
+def test_the_paths_get_as_many_cores_each_unless_the_user_binds_them(n):
+    """The same thread count on both paths (another count splits reductions otherwise), on
+    disjoint cores; on an odd count one core is left over."""
+    cores = list(range(n))
+    base = vllm_env(False, {}, cores)["VLLM_CPU_OMP_THREADS_BIND"].split(",")
+    speculative = vllm_env(True, {}, cores)["VLLM_CPU_OMP_THREADS_BIND"].split(",")
+    assert len(base) == len(speculative) == n // 2
+    assert set(base).isdisjoint(speculative)
+    bound = {"VLLM_CPU_OMP_THREADS_BIND": "7"}
+    assert vllm_env(True, bound, cores)["VLLM_CPU_OMP_THREADS_BIND"] == "7"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm_env(True, {}, [0])  # one core: no binding
 
 
 def test_settings_refuse_a_vllm_model_beside_another_source_or_llama_flags():
