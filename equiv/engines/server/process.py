@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -203,11 +204,7 @@ class ServerProcess:
         while True:
             code = self.proc.poll()
             if code is not None:
-                raise EngineError(
-                    f"{self.name} exited with code {code} while starting; its log "
-                    f"({self.log_path}) ends with:\n{log_tail(self.log_path)}\n"
-                    "fix the cause above (model path, flags, memory) and rerun"
-                )
+                raise EngineError(self._exit_message(code))
             if _health_ok("127.0.0.1", self.port):
                 if listens_on(self.proc.pid, self.port) is not False:
                     return
@@ -222,6 +219,19 @@ class ServerProcess:
                     "a large model may need more time, or the server is stuck: see the log"
                 )
             time.sleep(0.2)
+
+    def _exit_message(self, code: int) -> str:
+        tail = log_tail(self.log_path)
+        if not tail.strip():  # nothing said: the command itself is the first suspect
+            return (
+                f"{self.name} exited with code {code} while starting and wrote nothing to its "
+                f"log ({self.log_path}); the command was: {shlex.join(self.argv)}\ncheck that "
+                f"it runs {self.name} (the binary or Python you gave) and rerun"
+            )
+        return (
+            f"{self.name} exited with code {code} while starting; its log ({self.log_path}) "
+            f"ends with:\n{tail}\nfix the cause above (model path, flags, memory) and rerun"
+        )
 
     def alive(self) -> bool:
         return self.proc.poll() is None

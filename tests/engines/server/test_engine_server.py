@@ -609,6 +609,17 @@ def test_a_health_answer_from_another_process_on_the_port_is_not_taken(tmp_path,
         server.stop()
 
 
+def test_a_server_that_exits_saying_nothing_is_named_by_its_command(tmp_path):
+    """An empty log (a --vllm-python that is no Python with vLLM, a wrong binary): the error
+    shows the command that was run, the first thing to check."""
+    with pytest.raises(
+        EngineError, match=r"vLLM exited with code 1 .*wrote nothing.*/bin/false -m"
+    ):
+        ServerProcess.start(
+            ["/bin/false", "-m", "vllm"], log_path=tmp_path / "s.log", timeout_s=10, name="vLLM"
+        )
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc tells whose socket")
 def test_start_moves_to_another_port_when_its_port_was_taken(tmp_path, squatter, monkeypatch):
     from equiv.engines.server import process
