@@ -15,10 +15,9 @@ import math
 import numbers
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from equiv.errors import ConfigError
 from equiv.json_types import JSONDict, JSONObject, json_object
@@ -98,6 +97,12 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: JSONObject) -> ModelSpec:
         return cls(path=str(data["path"]), provenance=str(data.get("provenance", "user")))
+
+
+def _present(cls: type, data: JSONObject) -> dict[str, Any]:
+    """The fields of dataclass ``cls`` that ``data`` holds, as they are (JSON edge: the
+    dataclass's ``__post_init__`` checks them)."""
+    return {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
 
 
 def validate_sampling(
@@ -197,8 +202,8 @@ class SamplingConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SamplingConfig:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+    def from_dict(cls, data: JSONObject) -> SamplingConfig:
+        return cls(**_present(cls, data))
 
 
 @dataclass(frozen=True)
@@ -223,8 +228,8 @@ class DraftConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DraftConfig:
-        return cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+    def from_dict(cls, data: JSONObject) -> DraftConfig:
+        return cls(**_present(cls, data))
 
 
 _SAMPLING_KEYS = {f.name for f in dataclasses.fields(SamplingConfig)}
@@ -357,8 +362,8 @@ class RunConfig:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunConfig:
-        plain = {
+    def from_dict(cls, data: JSONObject) -> RunConfig:
+        plain: dict[str, Any] = {  # JSON edge: __post_init__ checks the values
             f.name: data[f.name]
             for f in dataclasses.fields(cls)
             if f.name in data
@@ -369,11 +374,11 @@ class RunConfig:
         plain["spec_overrides"] = tuple(tuple(kv) for kv in plain.get("spec_overrides", ()))
         plain["engine_options"] = tuple(tuple(kv) for kv in plain.get("engine_options", ()))
         return cls(
-            target=ModelSpec.from_dict(data["target"]),
-            draft=ModelSpec.from_dict(data["draft"]),
+            target=ModelSpec.from_dict(cast(JSONObject, data["target"])),
+            draft=ModelSpec.from_dict(cast(JSONObject, data["draft"])),
             mode=Mode(data.get("mode", "temp0")),
-            sampling=SamplingConfig.from_dict(data.get("sampling", {})),
-            draft_config=DraftConfig.from_dict(data.get("draft_config", {})),
+            sampling=SamplingConfig.from_dict(cast(JSONObject, data.get("sampling", {}))),
+            draft_config=DraftConfig.from_dict(cast(JSONObject, data.get("draft_config", {}))),
             **plain,
         )
 
@@ -384,7 +389,7 @@ def fingerprint_digest(fingerprint: JSONObject) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
+def load_toml(path: str | Path) -> dict[str, object]:
     """Read the ``[tool.equiv]`` table of a pyproject.toml, or a whole equiv TOML file."""
     p = Path(path)
     try:

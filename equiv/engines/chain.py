@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -213,7 +212,7 @@ def pit_position(probs: npt.ArrayLike, token: int) -> tuple[float, float]:
     """``(F(token-), P(token))`` for the probability integral transform of a discrete draw.
 
     Tokens are ranked by probability descending, ties by ascending id; ``F(token-)`` is the mass
-    of the tokens ranked strictly before ``token``. Any fixed order makes the randomised PIT
+    of the tokens ranked strictly before ``token``. Every fixed order makes the randomised PIT
     ``F(token-) + V * P(token)``, ``V ~ U(0, 1)``, exactly uniform under the null (see
     `equiv.verdicts.stats.randomized_pit`); this order makes a bias toward likely tokens push it
     toward 0.
@@ -239,7 +238,7 @@ def chain_distribution(
     """The configured chain's distribution over one logits row (full, or top-K with ``-inf``
     elsewhere): the candidate ids (ascending) and their probabilities; ``history`` is the output
     so far, for the penalties."""
-    logits: Any = row
+    logits: npt.NDArray[np.float32] | FloatArray = row
     if sampling.repeat_penalty != 1 or sampling.frequency_penalty or sampling.presence_penalty:
         logits = apply_penalties(
             row,
@@ -248,7 +247,7 @@ def chain_distribution(
             frequency_penalty=sampling.frequency_penalty,
             presence_penalty=sampling.presence_penalty,
         )
-    ids: Any = None
+    ids: npt.NDArray[np.intp] | None = None
     if 0 < sampling.top_k < row.shape[0]:
         # Only the top_k (ties at the boundary included) can survive the chain: run it on
         # those candidates, in ascending id order so that ties rank as over the full row.

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records.fields import Fields
-from equiv.records.generation import TokenAlternatives
+from equiv.records.generation import LogitsRow, TokenAlternatives
 
 __all__ = ["ArgmaxFlips", "Comparison", "Divergence", "Drift", "token_namer"]
 
@@ -101,7 +99,7 @@ class ArgmaxFlips:
     flips: tuple[int, ...]
 
     @classmethod
-    def of(cls, tokens: Sequence[int], batched_rows: npt.NDArray[np.floating[Any]]) -> ArgmaxFlips:
+    def of(cls, tokens: Sequence[int], batched_rows: LogitsRow) -> ArgmaxFlips:
         """Where ``batched_rows[j]`` (the row of ``tokens[j]``) prefers another token."""
         best = np.asarray(batched_rows).argmax(axis=1)
         flips = tuple(int(j) for j in np.flatnonzero(best != np.asarray(tokens, dtype=np.int64)))

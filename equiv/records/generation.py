@@ -10,12 +10,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar, TypeAlias, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from equiv.json_types import JSONDict, JSONObject
+from equiv.json_types import JSONDict, JSONObject, JSONValue
 from equiv.records.fields import FieldError, Fields, describe
 
 __all__ = [
@@ -47,7 +47,12 @@ def speedup(baseline_tps: float, speculative_tps: float) -> float | None:
     return speculative_tps / baseline_tps if baseline_tps and speculative_tps else None
 
 
-def top_k(row: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
+# A row of logits (or log-probabilities), as an engine gives it (float32) or as equiv computes
+# it (float64).
+LogitsRow: TypeAlias = "npt.NDArray[np.float32] | npt.NDArray[np.float64]"
+
+
+def top_k(row: LogitsRow, k: int) -> npt.NDArray[np.intp]:
     """The ids of a logits row's ``k`` largest values, descending, ties by ascending id.
 
     A logits row is peaked: its top k nearly always lie within a few logits of its maximum, so a
@@ -112,24 +117,26 @@ class DraftStep:
     accepted: int
     truncated: bool = False
 
-    def to_dict(self) -> list[Any]:
+    def to_dict(self) -> list[JSONValue]:
         return [self.pos, self.drafted, self.accepted, self.truncated]
 
     @classmethod
-    def from_dict(cls, data: Sequence[Any], where: str = "draft step") -> DraftStep:
+    def from_dict(cls, data: JSONValue, where: str = "draft step") -> DraftStep:
         ok = isinstance(data, list | tuple) and len(data) == 4
         if ok:
-            pos, drafted, accepted, truncated = data
+            pos, drafted, accepted, truncated = cast("Sequence[JSONValue]", data)
             ints = (pos, drafted, accepted)
             ok = all(isinstance(x, int) and not isinstance(x, bool) for x in ints)
-            ok = ok and isinstance(truncated, bool) and drafted >= 0 and accepted >= 0
+            ok = ok and isinstance(truncated, bool) and cast(int, drafted) >= 0
+            ok = ok and cast(int, accepted) >= 0
         if not ok:
             raise FieldError(
                 where,
                 f"expected [pos, drafted, accepted, truncated], found {describe(data)}"
                 + (f" {list(data)!r}"[:60] if isinstance(data, list | tuple) else ""),
             )
-        return cls(int(data[0]), int(data[1]), int(data[2]), bool(data[3]))
+        pos, drafted, accepted, truncated = cast("tuple[int, int, int, bool]", data)
+        return cls(int(pos), int(drafted), int(accepted), bool(truncated))
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,12 @@ single-token row's top token t and each other plausible candidate c by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from equiv.json_types import JSONDict
-from equiv.records.generation import top_k
+from equiv.records.generation import LogitsRow, top_k
 
 __all__ = [
     "CALIBRATION_POSITIONS",
@@ -95,9 +94,7 @@ def gap_movements(
     return out
 
 
-def _top_known(
-    s: npt.NDArray[np.floating[Any]], bt: npt.NDArray[np.floating[Any]], k: int
-) -> npt.NDArray[np.intp]:
+def _top_known(s: LogitsRow, bt: LogitsRow, k: int) -> npt.NDArray[np.intp]:
     """The top ``k`` of row ``s`` among the ids finite in both rows (`top_of`'s order): full rows
     (in process) by `top_k`, which searches near the row's maximum first; rows a server knows
     only in part (-inf elsewhere) among their few known ids."""
@@ -106,9 +103,7 @@ def _top_known(
     return top_of(s, np.flatnonzero(np.isfinite(s) & np.isfinite(bt)), k)
 
 
-def top_of(
-    row: npt.NDArray[np.floating[Any]], ids: npt.NDArray[np.intp], k: int
-) -> npt.NDArray[np.intp]:
+def top_of(row: LogitsRow, ids: npt.NDArray[np.intp], k: int) -> npt.NDArray[np.intp]:
     """The ``k`` of ``ids`` with the largest ``row`` values, descending, ties by ascending id (as
     a stable sort of all of them orders them), without sorting a whole vocabulary."""
     values = row[ids]
