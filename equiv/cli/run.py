@@ -59,10 +59,11 @@ def cmd_run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         rows.append((n, summary))
     print_sweep(rows, _console(bool(args.json)))
     if args.json:  # each draft-max value's summary.json, in one object
+        from equiv.json_types import JSONDict
         from equiv.report.summary_json import strict_json, summary_of
 
         runs = {str(n): summary_of(base / f"draft-max-{n}" / "results.jsonl") for n, _ in rows}
-        data = {"sweep": "draft_max", "runs": {n: r.to_dict() for n, r in runs.items()}}
+        data: JSONDict = {"sweep": "draft_max", "runs": {n: r.to_dict() for n, r in runs.items()}}
         sys.stdout.write(strict_json(data))
     return 0
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from markupsafe import Markup
 
-from equiv.json_types import JSONObject, json_list
+from equiv.json_types import JSONObject, JSONValue, json_list
 from equiv.records import AnalysisRecord
 from equiv.records.verdict import Label, Verdict
 from equiv.report.header import fmt
@@ -83,7 +83,9 @@ def _category(name: str, vocab: Mapping[int, str]) -> str:
     return vocab.get(int(name), f"#{name}") if name.isdigit() else name
 
 
-def _charts(name: str, chart: Any, vocab: Mapping[int, str]) -> list[tuple[str, Markup | None]]:
+def _charts(
+    name: str, chart: JSONValue, vocab: Mapping[int, str]
+) -> list[tuple[str, Markup | None]]:
     """Charts of one entry of an analysis record's ``charts``: ``{"observed": [...],
     "expected": [...]}``, ``{path: {"observed": ..., "expected": ...}}`` (one chart per path), or
     ``{series: {category: count}}`` (token IDs as categories); anything else draws nothing."""
@@ -91,7 +93,8 @@ def _charts(name: str, chart: Any, vocab: Mapping[int, str]) -> list[tuple[str, 
     if not isinstance(chart, Mapping):
         return []
     if isinstance(chart.get("observed"), list):
-        obs, exp = chart["observed"], chart.get("expected") or []
+        obs = cast("list[JSONValue]", chart["observed"])
+        exp = cast("Sequence[JSONValue]", chart.get("expected") or [])  # a list, as written
         cats = [str(i + 1) for i in range(max(len(obs), len(exp)))]
         series = [
             ("observed", [number(v) for v in obs], "s-obs"),
@@ -121,7 +124,7 @@ def _charts(name: str, chart: Any, vocab: Mapping[int, str]) -> list[tuple[str, 
     return [(caption, chart_svg)]
 
 
-def sampling_verdict(analysis: AnalysisRecord | None, seed: Any) -> Verdict:
+def sampling_verdict(analysis: AnalysisRecord | None, seed: int | None) -> Verdict:
     """The label a seed record is shown with: its prompt's distribution test decides, not the
     seed (outputs of two samplers differ at temperature > 0 without anything being wrong)."""
     if analysis is None:

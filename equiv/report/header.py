@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
-from equiv.json_types import JSONObject, json_list, json_object
+from equiv.json_types import JSONObject, JSONValue, json_list, json_object
 from equiv.records.machine import Machine
 
 __all__ = ["Environment", "environment", "fmt"]
 
 
-def fmt(value: Any) -> str:
+def fmt(value: object) -> str:
     """A value for a table cell: numbers short, containers as compact JSON."""
     if value is None:
         return "-"
@@ -26,7 +26,14 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
-def _setting(key: str, value: Any) -> str:
+def _pairs(value: JSONValue) -> TypeGuard[Sequence[Sequence[JSONValue]]]:
+    """``value`` is a list of (key, value) pairs."""
+    return isinstance(value, list | tuple) and all(
+        isinstance(p, list | tuple) and len(p) == 2 for p in value
+    )
+
+
+def _setting(key: str, value: JSONValue) -> str:
     """A run setting as a reader wants it: what an empty list means, a run of seeds as a range."""
     if isinstance(value, list | tuple) and not value:
         return {
@@ -43,19 +50,16 @@ def _setting(key: str, value: Any) -> str:
         first, last = value[0], value[-1]
         if list(value) == list(range(first, last + 1)) and len(value) > 2:
             return f"{first}..{last} ({len(value)} seeds)"
-    pairs = isinstance(value, list | tuple) and all(
-        isinstance(p, list | tuple) and len(p) == 2 for p in value
-    )
-    if key == "spec_overrides" and pairs:
+    if key == "spec_overrides" and _pairs(value):
         return ", ".join(f"{k} = {fmt(v)}" for k, v in value) + " (speculative path only)"
     return fmt(value)
 
 
-def _size(value: Any) -> str:
+def _size(value: JSONValue) -> str:
     return f"{value / 1e6:.1f} MB ({value:,} bytes)" if isinstance(value, int) else fmt(value)
 
 
-def _short(value: Any, limit: int = 120) -> str:
+def _short(value: JSONValue, limit: int = 120) -> str:
     text = fmt(value)
     if len(text) <= limit:
         return text

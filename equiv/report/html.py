@@ -15,7 +15,6 @@ import os
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import jinja2
 from markupsafe import Markup
@@ -36,7 +35,7 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode()
 
 
-def _finalize(value: Any) -> Any:
+def _finalize(value: object) -> object:
     """Every ``{{ }}`` value: a plain str has its special characters printed as escapes (then
     autoescape escapes it); Markup built by this package passes as is."""
     if isinstance(value, str) and not isinstance(value, Markup):
@@ -44,7 +43,7 @@ def _finalize(value: Any) -> Any:
     return value
 
 
-def _num(value: Any, digits: int = 3) -> str:
+def _num(value: object, digits: int = 3) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return "-"
     return f"{value:.{digits}f}"

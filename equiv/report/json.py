@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
 
 from markupsafe import Markup
 
@@ -18,7 +17,7 @@ __all__ = ["finite", "script_json"]
 _UNSAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
-def finite(value: Any) -> Any:
+def finite(value: object) -> object:
     """``value`` with every NaN and infinity (in dicts, lists and tuples) as None: JSON has
     neither, and a figure that could not be computed is null."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -30,7 +29,7 @@ def finite(value: Any) -> Any:
     return value
 
 
-def script_json(value: Any) -> Markup:
+def script_json(value: object) -> Markup:
     """``value`` as JSON text that is inert inside a script element."""
     text = json.dumps(finite(value), ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     for char, code in _UNSAFE.items():

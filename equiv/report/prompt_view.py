@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from equiv.json_types import JSONObject
 from equiv.records import AnalysisRecord, Divergence, Drift, ResultRecord, TokenAlternatives
@@ -114,7 +113,7 @@ def _grades(record: JSONObject) -> tuple[tuple[str, str, str], ...]:
     )
 
 
-def number(value: Any) -> float | None:
+def number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 

@@ -11,7 +11,8 @@ import getpass
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+
+from equiv.json_types import JSONValue
 
 __all__ = ["ENV_WHITELIST", "NOTE", "Redactor", "make_redactor"]
 
@@ -34,7 +35,7 @@ _WIN_ABS = re.compile(r"(?<![\w])[A-Za-z]:\\[^\s'\"|,;()]+")
 # Never redacted as words: too common to be a secret, and they occur in templates and configs.
 _COMMON_NAMES = frozenset({"root", "user", "admin", "runner", "ubuntu", "debian", "test"})
 
-Redactor = Callable[[Any], Any]
+Redactor = Callable[[JSONValue], JSONValue]  # maps each object to a dict, each str to a str
 
 
 def _names(strings: Iterable[str]) -> set[str]:
@@ -49,7 +50,7 @@ def _names(strings: Iterable[str]) -> set[str]:
     return {n for n in names if len(n) >= 3 and n.lower() not in _COMMON_NAMES}
 
 
-def _strings(value: Any) -> Iterable[str]:
+def _strings(value: JSONValue) -> Iterable[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
@@ -66,7 +67,7 @@ def _basename(m: re.Match[str]) -> str:
     return f"…/{name}" if name else m.group()
 
 
-def make_redactor(*sources: Any, enabled: bool = True) -> Redactor:
+def make_redactor(*sources: JSONValue, enabled: bool = True) -> Redactor:
     """A function that redacts every string in a JSON-like value; user names are learnt from
     the home paths in ``sources`` and from the current user. Identity when not ``enabled``."""
     if not enabled:
@@ -85,7 +86,7 @@ def make_redactor(*sources: Any, enabled: bool = True) -> Redactor:
         s = _WIN_ABS.sub(_basename, s)
         return word.sub("USER", s) if word else s
 
-    def walk(value: Any, key: str = "") -> Any:
+    def walk(value: JSONValue, key: str = "") -> JSONValue:
         if isinstance(value, str):
             return text(value)
         if isinstance(value, dict):

@@ -10,12 +10,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, cast
 
 from markupsafe import Markup
 
 from equiv.config import Mode
-from equiv.json_types import json_float
+from equiv.json_types import JSONObject, JSONValue, json_float
 from equiv.records import AnalysisRecord, ResultRecord, ResultsFile, analysis_key
 from equiv.records.verdict import Label, Verdict
 from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
@@ -224,12 +224,15 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
     contents = results.read()
     rows, analyses = contents.results, contents.analyses
     redactor = make_redactor(header_record.to_dict(), enabled=redact)
-    header = redactor(header_record.to_dict())
+    # The redactor maps an object to a dict and a list to a list.
+    header = cast(JSONObject, redactor(header_record.to_dict()))
     events = [
-        dataclasses.replace(e, detail=str(redactor(e.detail)), extra=redactor(dict(e.extra)))
+        dataclasses.replace(
+            e, detail=str(redactor(e.detail)), extra=cast(JSONObject, redactor(dict(e.extra)))
+        )
         for e in contents.events
     ]
-    differences = [str(d) for d in header.get("differences") or []]
+    differences = [str(d) for d in cast("list[JSONValue]", header.get("differences") or [])]
     margin = json_float(header_record.config.get("quality_margin", DEFAULT_MARGIN_POINTS))
     summary = summarize(
         rows,

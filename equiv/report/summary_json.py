@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
+from equiv.json_types import JSONValue
 from equiv.records import ResultsFile
 from equiv.report.json import finite
 from equiv.verdicts.runs.run_summary import RunSummary, run_summary
@@ -32,7 +32,7 @@ def summary_of(results_path: str | os.PathLike[str]) -> RunSummary:
     )
 
 
-def strict_json(data: Any) -> str:
+def strict_json(data: JSONValue) -> str:
     """JSON text a strict parser reads: NaN and infinities become null."""
     return json.dumps(finite(data), indent=2, allow_nan=False) + "\n"
 

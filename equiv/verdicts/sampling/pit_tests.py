@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -165,7 +164,7 @@ def vs_placebo(
     }
     name = f"vs-placebo{suffix}"
 
-    def live(path: str) -> tuple[Any, Any]:
+    def live(path: str) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
         keep = data[path][0][:, 2] < DEGENERATE
         return u[path][keep], data[path][1][keep]
 

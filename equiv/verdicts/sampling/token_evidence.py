@@ -18,7 +18,7 @@ Pure functions of rows and tokens; no model is called here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,7 @@ from scipy.special import ndtri
 from equiv.config import SamplingConfig
 from equiv.engines.chain import chain_distribution, pit_position
 from equiv.json_types import JSONDict
-from equiv.records import Judgement
+from equiv.records import Judgement, TokenAlternatives
 
 __all__ = [
     "PathEvidence",
@@ -163,7 +163,7 @@ def _tempering(
 
 
 def top_k_rows(
-    alternatives: Sequence[Any], tokens: Sequence[int], sampling: SamplingConfig
+    alternatives: Sequence[TokenAlternatives], tokens: Sequence[int], sampling: SamplingConfig
 ) -> npt.NDArray[np.float32] | None:
     """Rows rebuilt from a server's top-K log-probabilities (``-inf`` elsewhere) when every row
     holds at least the chain's ``top_k`` candidates: then they hold the chain's whole support

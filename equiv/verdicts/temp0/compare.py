@@ -10,7 +10,7 @@ the positions where both saw the same context. Calls no model. The types it fill
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -38,7 +38,10 @@ def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return n
 
 
-def _at(seq: tuple[Any, ...], i: int) -> Any:
+_T = TypeVar("_T")
+
+
+def _at(seq: tuple[_T, ...], i: int) -> _T | None:
     return seq[i] if i < len(seq) else None
 
 
