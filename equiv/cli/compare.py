@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from equiv.errors import ConfigError
 
 if TYPE_CHECKING:
+    import argparse
+
     from equiv.verdicts.runs.compare import RunComparison
 
 __all__ = ["cmd_compare", "load_comparison", "results_path"]
@@ -53,7 +55,7 @@ def load_comparison(run_a: str, run_b: str) -> RunComparison:
     return comparison
 
 
-def cmd_compare(args: Any) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.text import Text
 

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 from equiv import __version__
 from equiv.cli.run import EXIT_INTERRUPTED, cmd_run, warn_unreadable
@@ -24,12 +24,15 @@ from equiv.options.table import add_arguments, shared
 
 __all__ = ["main"]
 
+# What ``add_subparsers`` returns (a private class of argparse, public in its stubs).
+_Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
 
 def _sub(
-    sub: Any, name: str, summary: str, description: str, *parents: argparse.ArgumentParser
+    sub: _Subcommands, name: str, summary: str, description: str, *parents: argparse.ArgumentParser
 ) -> argparse.ArgumentParser:
     """A subcommand with a one-line summary (in ``equiv -h``) and a description (in its -h)."""
-    return sub.add_parser(  # type: ignore[no-any-return]
+    return sub.add_parser(
         name,
         help=summary,
         description=f"{summary[0].upper()}{summary[1:]}. {description}",
@@ -66,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_run(sub: Any, talk: argparse.ArgumentParser) -> None:
+def _add_run(sub: _Subcommands, talk: argparse.ArgumentParser) -> None:
     run = _sub(
         sub,
         "run",
@@ -95,7 +98,7 @@ def _add_run(sub: Any, talk: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_report(sub: Any) -> None:
+def _add_report(sub: _Subcommands) -> None:
     report = _sub(
         sub,
         "report",
@@ -120,7 +123,7 @@ def _add_report(sub: Any) -> None:
     )
 
 
-def _add_compare(sub: Any, talk: argparse.ArgumentParser) -> None:
+def _add_compare(sub: _Subcommands, talk: argparse.ArgumentParser) -> None:
     compare = _sub(
         sub,
         "compare",
@@ -143,7 +146,7 @@ def _add_compare(sub: Any, talk: argparse.ArgumentParser) -> None:
     compare.add_argument("--html", metavar="FILE", help="also write the comparison as a page")
 
 
-def _add_check_draft(sub: Any) -> None:
+def _add_check_draft(sub: _Subcommands) -> None:
     check = _sub(
         sub,
         "check-draft",
@@ -161,7 +164,7 @@ def _add_check_draft(sub: Any) -> None:
     )
 
 
-def _add_diagnose(sub: Any) -> None:
+def _add_diagnose(sub: _Subcommands) -> None:
     diag = _sub(
         sub,
         "diagnose",
@@ -189,7 +192,7 @@ def _add_diagnose(sub: Any) -> None:
     )
 
 
-def _add_minimize(sub: Any) -> None:
+def _add_minimize(sub: _Subcommands) -> None:
     mini = _sub(
         sub,
         "minimize",

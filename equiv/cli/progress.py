@@ -4,12 +4,13 @@ elsewhere (CI logs)."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any
+from typing import cast
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -34,7 +35,7 @@ class Progress:
         self.console = console
         self.total = total
         self._bar: RichProgress | None = None
-        self._task: Any = None
+        self._task: TaskID | None = None
         if console.is_terminal:
             self._bar = RichProgress(
                 TextColumn("{task.description}"),
@@ -56,7 +57,8 @@ class Progress:
     def update(self, item: PlanItem, record: ResultRecord, done: int, total: int) -> None:
         line = f"[{done}/{total}] {item.key}: {_outcome(record)}"
         if self._bar is not None:
-            self._bar.update(self._task, total=total, completed=done, description=item.key)
+            task = cast(TaskID, self._task)  # added by __enter__ with the bar
+            self._bar.update(task, total=total, completed=done, description=item.key)
         else:
             self.console.print(line, highlight=False, markup=False)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from equiv.config import (
     DEFAULT_PAIR,
@@ -28,7 +28,7 @@ from equiv.options.config_file import (
     number,
     text,
 )
-from equiv.options.table import OptionValues, given, on_off, run_options, split_list
+from equiv.options.table import OptionValue, OptionValues, given, on_off, run_options, split_list
 
 if TYPE_CHECKING:
     from equiv.models.pair import ModelPair
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["build_config", "engine_options", "spec_overrides"]
 
 
-def spec_overrides(entries: Any) -> tuple[tuple[str, Setting], ...]:
+def spec_overrides(entries: OptionValue) -> tuple[tuple[str, Setting], ...]:
     """``["n_ctx=1024", "temp=0.7"]`` -> ``(("n_ctx", 1024), ("temp", 0.7))``, each value of the
     type its run option has (``RunConfig`` then refuses a key it cannot override)."""
     by_dest = {o.dest: o for o in run_options()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 __all__ = ["Option", "OptionValue", "OptionValues"]
 
@@ -25,8 +25,8 @@ OptionValues: TypeAlias = Mapping[str, OptionValue]
 class Option:
     name: str
     help: str
-    type: Callable[[str], Any] = str
-    default: Any = None
+    type: Callable[[str], str | int | float | bool] = str  # a scalar parser
+    default: OptionValue = None
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
     flag: bool = False  # a store_true switch

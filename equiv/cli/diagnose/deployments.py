@@ -4,8 +4,6 @@ command lines onto one equiv run whose speculative path carries each setting in 
 
 from __future__ import annotations
 
-from typing import Any
-
 from equiv.cli.diagnose.command import LlamaCommand
 from equiv.cli.diagnose.findings import Finding
 from equiv.cli.diagnose.mapping import RunMapping, map_to_run
@@ -32,7 +30,11 @@ _PER_PATH = {
 
 
 def map_pair(
-    baseline: LlamaCommand, speculative: LlamaCommand, **kwargs: Any
+    baseline: LlamaCommand,
+    speculative: LlamaCommand,
+    *,
+    cpu_count: int | None = None,
+    server_bin: str | None = None,
 ) -> tuple[RunMapping, list[Finding]]:
     """Two deployments, the baseline without a draft and the speculative one with it: the run
     that reproduces both (the speculative command's draft settings, and each setting in which
@@ -42,8 +44,8 @@ def map_pair(
             "the second command line (speculative) has no -md/--model-draft; give the "
             "baseline first and the speculative deployment second"
         )
-    base = map_to_run(baseline, **kwargs)
-    spec = map_to_run(speculative, **kwargs)
+    base = map_to_run(baseline, cpu_count=cpu_count, server_bin=server_bin)
+    spec = map_to_run(speculative, cpu_count=cpu_count, server_bin=server_bin)
     values = {**base.values, **{k: v for k, v in spec.values.items() if k.startswith("draft")}}
     overrides: list[str] = []
     found: list[Finding] = []

@@ -3,12 +3,21 @@ its fix."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from equiv.cli.diagnose.command import LlamaCommand
+
+if TYPE_CHECKING:
+    from equiv.models.vocab_compat import VocabReport
+
+
+class VocabCheck(Protocol):
+    """`equiv.models.vocab_compat.check_vocab_compat`, or a stand-in for it."""
+
+    def __call__(self, target: str, draft: str, /, *, with_sha256: bool) -> VocabReport: ...
+
 
 __all__ = ["LARGE_DRAFT_MAX", "Finding", "findings"]
 
@@ -31,7 +40,7 @@ class Finding:
 def findings(
     cmd: LlamaCommand,
     *,
-    vocab_check: Callable[..., Any] | None = None,
+    vocab_check: VocabCheck | None = None,
     own_server: bool = False,
 ) -> list[Finding]:
     """What the command line alone says (``vocab_check``: llama.cpp's rules unless given;
@@ -168,7 +177,7 @@ def _formatting_and_cache(cmd: LlamaCommand) -> list[Finding]:
     return out
 
 
-def _vocab(cmd: LlamaCommand, vocab_check: Callable[..., Any] | None) -> list[Finding]:
+def _vocab(cmd: LlamaCommand, vocab_check: VocabCheck | None) -> list[Finding]:
     target, draft = cmd.get("model"), cmd.get("model_draft")
     if not (target and draft and Path(target).is_file() and Path(draft).is_file()):
         return []

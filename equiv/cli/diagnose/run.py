@@ -6,13 +6,16 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from equiv.cli.diagnose.mapping import RunMapping, run_command
 from equiv.cli.diagnose.verdict import verdict_lines
 from equiv.options.table import given
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from equiv.options.option import OptionValue
     from equiv.verdicts.runs.summary import Summary
 
 __all__ = ["DEFAULT_PROMPTS", "execute"]
@@ -31,7 +34,7 @@ def execute(
     out: Path,
     looks: int = 1,
     echo: Callable[[str], None] = print,
-    console: Any = None,
+    console: Console | None = None,
 ) -> int:
     """Run temp 0 and (if the user samples) the user's temperature, with progress on
     ``console`` (stderr by default); write each run's summary.json and report.html; echo the
@@ -40,14 +43,18 @@ def execute(
     from equiv.options.config_file import integer, merge_toml
     from equiv.records import ResultsFile
 
-    values = {"temp": mapping.user_temp, **mapping.values, "prompt": list(prompts)}
+    values: dict[str, OptionValue] = {
+        "temp": mapping.user_temp,
+        **mapping.values,
+        "prompt": list(prompts),
+    }
     values["max_tokens"] = max_tokens
     modes = ["temp0"] + (["sampling"] if mapping.user_temp > 0 else [])
     summaries: dict[str, Summary] = {}
     not_speculating: str | None = None
     for mode in modes:
         sampled = mode == "sampling"
-        run_values = {
+        run_values: dict[str, OptionValue] = {
             **values,
             "mode": mode,
             "seeds": seeds if sampled else None,
@@ -77,11 +84,11 @@ def execute(
 
 
 def _run_mode(
-    run_values: dict[str, Any],
+    run_values: dict[str, OptionValue],
     mode: str,
     out: Path,
     echo: Callable[[str], None],
-    console: Any,
+    console: Console | None,
 ) -> tuple[Summary, str | None]:
     """One mode's run with progress, its summary.json and report.html: its summary, and the
     header's speculation problem (`equiv.verdicts.temp0.misconfiguration.speculation_problem`)."""
