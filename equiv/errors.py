@@ -17,7 +17,6 @@ Every message names the offending value and the way out.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 __all__ = [
     "ConfigError",
@@ -100,7 +99,7 @@ class DiskFullError(ResultsError):
     exit_code = 9
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     """A value found where another was expected, in words: ``the string '4'``, ``null``."""
     if value is None:
         return "null"

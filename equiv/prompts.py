@@ -12,10 +12,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from equiv.errors import PromptError
-from equiv.json_types import JSONDict, JSONObject
+from equiv.json_types import JSONDict, JSONObject, JSONValue
 
 __all__ = ["DEFAULT_MAX_TOKENS", "Prompt", "builtin_suite_dir", "load_suites", "resolve_suite"]
 
@@ -40,9 +39,10 @@ class Prompt:
     grader: str | None = None
 
     @property
-    def grader_spec(self) -> Any:
+    def grader_spec(self) -> JSONValue:
         """The grader spec as JSON data, or None for an ungraded prompt."""
-        return None if self.grader is None else json.loads(self.grader)
+        spec: JSONValue = None if self.grader is None else json.loads(self.grader)
+        return spec
 
     @property
     def key(self) -> str:

@@ -28,7 +28,7 @@ __all__ = [
 
 F32 = npt.NDArray[np.float32]
 #: Tensor name -> (values, raw GGML type where the values are already quantized, else None).
-Tensors = dict[str, tuple[npt.NDArray[Any], gguf.GGMLQuantizationType | None]]
+Tensors = dict[str, tuple[npt.NDArray[np.generic], gguf.GGMLQuantizationType | None]]
 
 #: llama.cpp's built-in ``gemma`` chat template (``LLM_CHAT_TEMPLATE_GEMMA``, which the bundled
 #: Gemma 3 gets by its architecture) written as Jinja: a system message joins the first user turn.
@@ -113,7 +113,7 @@ class _Writer(gguf.GGUFWriter):
 
     def _pack_val(
         self,
-        val: Any,
+        val: Any,  # as gguf (untyped) declares it
         vtype: gguf.GGUFValueType,
         add_vtype: bool,
         sub_type: gguf.GGUFValueType | None = None,

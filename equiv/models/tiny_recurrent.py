@@ -32,7 +32,6 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import gguf
 import numpy as np
@@ -64,7 +63,7 @@ MAMBA_OUT_STD = 0.3
 DRAFT_OUT_STD = 0.1
 
 F32 = npt.NDArray[np.float32]
-Arrays = dict[str, npt.NDArray[Any]]
+Arrays = dict[str, npt.NDArray[np.generic]]
 
 
 @dataclass(frozen=True)

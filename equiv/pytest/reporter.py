@@ -5,11 +5,13 @@ pytest-xdist workers too), fails the session on a control or the drift rate, as 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 if TYPE_CHECKING:
+    from _pytest.junitxml import LogXML
+
     from equiv.pytest.session import Check
     from equiv.pytest.settings import Settings
 
@@ -61,7 +63,7 @@ class Reporter:
             except Exception as exc:  # a report must not hide the test outcome
                 self.written = [f"not written: {exc!r}"]
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.checks:
             from equiv.pytest.session import summary_lines
 
@@ -105,7 +107,7 @@ def _report_session_failure(session: pytest.Session, problems: Sequence[str]) ->
         hook.pytest_runtest_logreport(report=report)
 
 
-def _junit_writer(config: pytest.Config) -> Any:
+def _junit_writer(config: pytest.Config) -> LogXML | None:
     """pytest's --junitxml writer, when one is active. Its stash key lives in a private module:
     imported here, only at a session's end with equiv checks, and tolerated if it moves."""
     if not config.getoption("xmlpath", None):
@@ -115,4 +117,4 @@ def _junit_writer(config: pytest.Config) -> Any:
     except ImportError:  # pragma: no cover - a pytest that reorganised its private modules
         return None
     key = getattr(junitxml, "xml_key", None)
-    return None if key is None else config.stash.get(key, None)
+    return None if key is None else cast("LogXML | None", config.stash.get(key, None))

@@ -15,9 +15,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from equiv.json_types import JSONDict
+from equiv.json_types import JSONDict, JSONValue
 from equiv.records.fields import Fields
 
 __all__ = ["SIMD_FLAGS", "Machine"]
@@ -142,7 +141,7 @@ class Machine:
         }
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "machine") -> Machine:
+    def from_dict(cls, data: JSONValue, where: str = "machine") -> Machine:
         f = Fields(data, where)
         return cls(
             cpu=f.text("cpu", ""),

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from equiv.errors import ConfigError, EquivError
 from equiv.records import Comparison, Divergence, ResultRecord, ResultsFile
@@ -163,7 +163,7 @@ def _find(results: ResultsFile, key: str) -> ResultRecord:
     )
 
 
-def _reproduce(config: Any, suite: Path, max_tokens: int) -> str:
+def _reproduce(config: RunConfig, suite: Path, max_tokens: int) -> str:
     args = ["equiv", "run", "--suite", str(suite), "--max-tokens", str(max_tokens)]
     for name, spec in (("--target", config.target), ("--draft", config.draft)):
         if spec.provenance in ("user", "user (speculative only)"):
