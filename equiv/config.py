@@ -100,8 +100,7 @@ class ModelSpec:
 
 
 def _present(cls: type, data: JSONObject) -> dict[str, Any]:
-    """The fields of dataclass ``cls`` that ``data`` holds, as they are (JSON edge: the
-    dataclass's ``__post_init__`` checks them)."""
+    """The fields of ``cls`` that ``data`` holds, as written (JSON edge: __post_init__ checks)."""
     return {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data}
 
 
@@ -363,12 +362,9 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> RunConfig:
-        plain: dict[str, Any] = {  # JSON edge: __post_init__ checks the values
-            f.name: data[f.name]
-            for f in dataclasses.fields(cls)
-            if f.name in data
-            and f.name not in {"target", "draft", "sampling", "draft_config", "mode"}
-        }
+        plain = _present(cls, data)
+        for name in ("target", "draft", "sampling", "draft_config", "mode"):
+            plain.pop(name, None)
         plain["suites"] = tuple(plain.get("suites", ()))
         plain["seeds"] = tuple(plain.get("seeds", ()))
         plain["spec_overrides"] = tuple(tuple(kv) for kv in plain.get("spec_overrides", ()))

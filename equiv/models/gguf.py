@@ -67,7 +67,8 @@ class GGUFInfo:
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> GGUFInfo:
-        kwargs: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}  # as written
+        # JSON edge: the fields as written (the header records what the file said)
+        kwargs: dict[str, Any] = {f.name: data.get(f.name) for f in fields(cls)}
         kwargs["mtp_head"] = bool(data.get("mtp_head", False))  # absent before issue 33
         return cls(**kwargs)
 

@@ -42,6 +42,8 @@ from equiv.pytest.settings import (
 )
 
 if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr, TracebackStyle
+
     from equiv.json_types import JSONDict
     from equiv.prompts import Prompt
     from equiv.pytest.session import Check, CheckSession
@@ -169,13 +171,16 @@ class EquivSuite(pytest.Collector):
             for mode in s.modes
         ]
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
+    def repr_failure(  # type: ignore[override]
+        self, excinfo: pytest.ExceptionInfo[BaseException]
+    ) -> str | TerminalRepr:
         return _error_text(excinfo) or super().repr_failure(excinfo)
 
 
 class EquivItem(pytest.Item):
     """One prompt x mode: baseline and speculative runs, compared and labelled."""
 
+    # kwargs: pytest's node arguments (parent, name, ...), passed through (a pytest edge)
     def __init__(self, *, prompt: Prompt, mode: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.prompt, self.mode = prompt, mode
@@ -200,7 +205,9 @@ class EquivItem(pytest.Item):
             line = divergence_line(check.record)
             warnings.warn(EquivWarning(f"{self.nodeid}: {check.label}; {line}"), stacklevel=1)
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+    def repr_failure(
+        self, excinfo: pytest.ExceptionInfo[BaseException], style: TracebackStyle | None = None
+    ) -> str | TerminalRepr:
         if isinstance(excinfo.value, EquivFailure):
             return str(excinfo.value)
         return _error_text(excinfo) or super().repr_failure(excinfo, style)

@@ -70,6 +70,7 @@ def choices(opt: Option) -> tuple[str, ...] | None:
 
 
 def _value(config: pytest.Config, opt: Option) -> Any:
+    # pytest edge: getoption/getini are untyped; the option's own parser checks the text
     value = config.getoption("equiv_" + opt.dest)
     if value is not None:
         return value

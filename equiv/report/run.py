@@ -16,13 +16,13 @@ from markupsafe import Markup
 
 from equiv.config import Mode
 from equiv.json_types import JSONObject, JSONValue, json_float
-from equiv.records import AnalysisRecord, ResultRecord, ResultsFile, analysis_key
+from equiv.records import AnalysisRecord, EventRecord, ResultRecord, ResultsFile, analysis_key
 from equiv.records.verdict import Label, Verdict
 from equiv.report.analysis import MAX_EXAMPLES, AnalysisView, analysis_view, sampling_verdict
 from equiv.report.header import Environment, environment, fmt
 from equiv.report.prompt_view import LABELS, PromptView, prompt_view, token_texts
 from equiv.report.quality_view import QualityView, quality_view
-from equiv.report.redact import NOTE, make_redactor
+from equiv.report.redact import NOTE, Redactor, make_redactor
 from equiv.report.svg import Bar, Strip, bar_chart, strip_chart
 from equiv.verdicts.quality.paired import DEFAULT_MARGIN_POINTS
 from equiv.verdicts.runs.summary import SuiteSummary, summarize
@@ -217,6 +217,12 @@ def _index(prompts: Sequence[PromptView], views: Sequence[AnalysisView]) -> tupl
     )
 
 
+def _redacted(event: EventRecord, redactor: Redactor) -> EventRecord:
+    """``event`` with its detail and extra redacted (the redactor maps a dict to a dict)."""
+    extra = cast(JSONObject, redactor(dict(event.extra)))
+    return dataclasses.replace(event, detail=str(redactor(event.detail)), extra=extra)
+
+
 def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
     """Everything the report shows, from the results file alone."""
     results = ResultsFile(results_path)
@@ -224,14 +230,8 @@ def load_run(results_path: str | Path, *, redact: bool = True) -> RunView:
     contents = results.read()
     rows, analyses = contents.results, contents.analyses
     redactor = make_redactor(header_record.to_dict(), enabled=redact)
-    # The redactor maps an object to a dict and a list to a list.
-    header = cast(JSONObject, redactor(header_record.to_dict()))
-    events = [
-        dataclasses.replace(
-            e, detail=str(redactor(e.detail)), extra=cast(JSONObject, redactor(dict(e.extra)))
-        )
-        for e in contents.events
-    ]
+    header = cast(JSONObject, redactor(header_record.to_dict()))  # a dict, redacted
+    events = [_redacted(e, redactor) for e in contents.events]
     differences = [str(d) for d in cast("list[JSONValue]", header.get("differences") or [])]
     margin = json_float(header_record.config.get("quality_margin", DEFAULT_MARGIN_POINTS))
     summary = summarize(

@@ -51,7 +51,7 @@ def log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _resolve_prctl() -> Any:
+def _resolve_prctl() -> Any:  # a ctypes foreign function (untyped edge), or None
     """libc's prctl, looked up once in the parent: the child, forked from a threaded process,
     then only calls it (no library loading between fork and exec)."""
     if not sys.platform.startswith("linux"):
