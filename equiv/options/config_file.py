@@ -155,7 +155,7 @@ def _toml_value(opt: Option, key: str, value: Any, path: str) -> Any:
 _SPEC_TABLE, _SPEC_PAIRS = "speculative", "spec_overrides"
 
 
-def _spec_from_toml(toml: dict[str, Any], where: Any) -> dict[str, Any]:
+def _spec_from_toml(toml: dict[str, Any], where: OptionValue) -> dict[str, Any]:
     """``[tool.equiv.speculative]`` (a table) and ``spec_overrides = [["n_ctx", 1024]]`` (pairs)
     as ``spec`` entries ``KEY=VALUE``."""
     entries = split_list(toml.get("spec"))
@@ -176,5 +176,5 @@ def _spec_from_toml(toml: dict[str, Any], where: Any) -> dict[str, Any]:
     return {**rest, "spec": entries} if entries else rest
 
 
-def _toml_text(value: Any) -> str:
+def _toml_text(value: object) -> str:
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
