@@ -181,7 +181,7 @@ def _timings(data: Mapping[str, Any]) -> tuple[float | None, float | None, tuple
     )
 
 
-def _bad(url: str, what: str, data: Any) -> EngineError:
+def _bad(url: str, what: str, data: object) -> EngineError:
     shown = repr(data)
     return EngineError(
         f"{url} answered without {what} ({shown[:200]}{'...' if len(shown) > 200 else ''}); "

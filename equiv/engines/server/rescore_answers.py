@@ -89,7 +89,7 @@ def _parse_forced(
     return got, _cost(answer, rows=rows, decoded=len(got), wall_s=wall_s)
 
 
-def _malformed_named(what: str, url: str, data: Any, parse: Callable[[], _T]) -> _T:
+def _malformed_named(what: str, url: str, data: object, parse: Callable[[], _T]) -> _T:
     """``parse()``, with an answer whose fields have the wrong type or are missing turned into
     an `EngineError` naming the server."""
     try:
