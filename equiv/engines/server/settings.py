@@ -32,7 +32,9 @@ APIS = ("auto", "llama", "openai")
 # (9 of 27 prompts, benchmarks/server_throughput.py). A bit-exact temp-0 comparison sends one
 # request at a time; sampling tests compare distributions and keep several in flight.
 AUTO_CONCURRENCY = {Mode.TEMP0: 1, Mode.SAMPLING: 4}
-_SERVER_OPTIONS = ("server_bin", "vllm_model", "baseline_url", "speculative_url")
+# The options that name the servers (a binary, vLLM's model, the URLs), as the option table
+# marks them; `equiv.options.build` reads the same marks to decide whose models they are.
+_SERVER_OPTIONS = tuple(opt.dest for opt in OPTIONS if opt.env or opt.serves_models)
 _ENV = {opt.dest: opt.env for opt in OPTIONS if opt.env}  # EQUIV_SERVER_BIN, EQUIV_*_URL
 
 
