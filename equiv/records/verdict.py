@@ -69,6 +69,14 @@ class Verdict:
     def equivalent(self) -> bool:
         return self.label is Label.EQUIVALENT
 
+    @property
+    def rescore_failed(self) -> bool:
+        """The temp-0 rule could not re-score the divergence (``rescore_failed`` of
+        `equiv.verdicts.verdict_evidence.Temp0Evidence`, the one key of the evidence read at
+        this level: a resumed run redoes such a result). Readers above ``records`` take the
+        whole typed evidence with that module's ``from_dict``."""
+        return self.evidence.get("rescore_failed") is True
+
     def to_dict(self) -> JSONDict:
         return {"label": self.label.value, "reason": self.reason, "evidence": dict(self.evidence)}
 

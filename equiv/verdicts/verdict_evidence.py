@@ -2,9 +2,16 @@
 
 A rule builds one of these (`Temp0Evidence` at temperature 0, `SamplingEvidence` above it,
 `RunEvidence` for the whole run); its ``to_dict`` is the verdict's ``evidence`` as results files
-hold it (same keys, in the same order, rounded as before), and every reader (report, plugin,
-diagnose, resume) reads that. A key a rule did not reach is absent, not None: ``to_dict`` writes
-only what the rule found.
+hold it (same keys, in the same order, rounded as before). A key a rule did not reach is absent,
+not None: ``to_dict`` writes only what the rule found.
+
+Each reads back with ``from_dict`` (a `FieldError` names a damaged key), equal to what was
+written up to the rounding ``to_dict`` does, with two more exceptions: a batched gap that was not
+finite (written as null) reads back as infinite, and the temperature test of `PowerEvidence`, of
+which only the power is written, reads back as that power alone (`TestPower`). Keys that files
+written before them lack read as their defaults. A verdict keeps its evidence as the file holds
+it (`equiv.records.verdict.Verdict`); readers take the typed record from it (``from_dict``, or
+`PowerEvidence.of` where a rule may not have reached the power).
 """
 
 from __future__ import annotations
@@ -14,9 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from equiv.json_types import JSONDict
+from equiv.json_types import JSONDict, JSONObject, JSONValue, json_list, json_object
+from equiv.records.codec import decode
+from equiv.records.fields import FieldError, Fields, describe
 
-if TYPE_CHECKING:  # classify imports this module
+if TYPE_CHECKING:  # classify imports this module; from_dict imports them where it reads them
     from equiv.verdicts.sampling.analysis_record import PooledDrift, ScoredTest
     from equiv.verdicts.sampling.fidelity import Fidelity
     from equiv.verdicts.temp0.divergence_rate import DivergenceRate
@@ -29,6 +38,7 @@ __all__ = [
     "RunEvidence",
     "SamplingEvidence",
     "Temp0Evidence",
+    "TestPower",
 ]
 
 #: The target's top candidates at a divergence, ``[[token, logit], ...]`` per evaluation path.
@@ -37,6 +47,25 @@ TargetRows = dict[str, list[list[float]]]
 
 def _round6(value: float | None) -> float | None:
     return None if value is None else round(value, 6)
+
+
+def _number(value: JSONValue, where: str) -> float:
+    """A number as written (an integer stays one, so it writes back unchanged)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    raise FieldError(where, f"expected a number, found {describe(value)}")
+
+
+def _target_rows(data: JSONValue, where: str) -> TargetRows:
+    """``target_rows`` as written: per path, ``[token, logit]`` pairs of numbers."""
+    rows: TargetRows = {}
+    for path, pairs in Fields(data, where).data.items():
+        at = f"{where}.{path}"
+        rows[path] = [
+            [_number(x, f"{at}[{i}]") for x in json_list(pair)]
+            for i, pair in enumerate(json_list(pairs))
+        ]
+    return rows
 
 
 @dataclass(frozen=True)
@@ -71,6 +100,24 @@ class RescoredGaps:
         if self.gap_single_at_least is not None:
             data["gap_single_at_least"] = round(self.gap_single_at_least, 6)
         return data
+
+    @classmethod
+    def from_dict(cls, data: JSONObject, where: str = "evidence") -> RescoredGaps:
+        """The re-scored gaps of a temp-0 verdict's evidence (the keys `Temp0Evidence` holds
+        beside its own); a batched gap written as null (not finite) reads as infinite."""
+        from equiv.verdicts.temp0.drift_bound import DriftBound
+
+        f = Fields(data, where)
+        bound = data.get("drift_bound")
+        return cls(
+            gap_batched=f.number("gap_batched", math.inf),
+            drift_at_divergence=f.number("drift_at_divergence"),
+            drift_bound=None if bound is None else decode(DriftBound, bound, f.name("drift_bound")),
+            target_rows=_target_rows(data.get("target_rows", {}), f.name("target_rows")),
+            used_row_deviation=f.number("used_row_deviation", None),
+            gap_single=f.number("gap_single", None),
+            gap_single_at_least=f.number("gap_single_at_least", None),
+        )
 
 
 @dataclass(frozen=True)
@@ -112,6 +159,24 @@ class Temp0Evidence:
             data.update(self.rescored.to_dict())
         return data
 
+    @classmethod
+    def from_dict(cls, data: JSONObject, where: str = "evidence") -> Temp0Evidence:
+        """A temp-0 verdict's evidence as the file holds it; `FieldError` names a damaged key."""
+        f = Fields(data, where)
+        outside = "baseline_gap" in data and data["baseline_gap"] is None
+        return cls(
+            position=f.integer("position"),
+            baseline_token=f.integer("baseline_token"),
+            speculative_token=f.integer("speculative_token"),
+            margin_baseline=f.number("margin_baseline", None),
+            margin_speculative=f.number("margin_speculative", None),
+            own_argmax=f.integer("own_argmax", None),
+            baseline_gap=f.number("baseline_gap", None),
+            outside_baseline_top=outside,
+            rescore_failed=f.flag("rescore_failed", False),
+            rescored=RescoredGaps.from_dict(data, where) if "gap_batched" in data else None,
+        )
+
 
 @dataclass(frozen=True)
 class BatchedFigures:
@@ -124,6 +189,20 @@ class BatchedFigures:
     def to_dict(self) -> dict[str, list[str] | dict[str, float]]:
         return {"rejected": list(self.rejected), "p_adjusted": dict(self.p_adjusted)}
 
+    @classmethod
+    def from_dict(cls, data: JSONObject, where: str = "evidence.batched") -> BatchedFigures:
+        return decode(cls, data, where)
+
+
+@dataclass(frozen=True)
+class TestPower:
+    """A test of which a verdict's evidence writes the power alone (`PowerEvidence`'s
+    temperature test, read back)."""
+
+    __test__ = False  # not a pytest test class
+
+    power: float | None
+
 
 @dataclass(frozen=True)
 class PowerEvidence:
@@ -133,7 +212,7 @@ class PowerEvidence:
 
     power: float
     alpha: float
-    temperature: ScoredTest | None = None
+    temperature: ScoredTest | TestPower | None = None
     tokens: int | None = None
     tokens_needed: int | None = None
 
@@ -144,6 +223,30 @@ class PowerEvidence:
         if self.tokens is not None:
             data.update(tokens=self.tokens, tokens_needed=self.tokens_needed)
         return data
+
+    @classmethod
+    def from_dict(cls, data: JSONObject, where: str = "evidence") -> PowerEvidence:
+        """The power a verdict's evidence holds (beside the other keys of `SamplingEvidence`).
+        Files written before ``power_alpha`` computed the power at the prompt's ``alpha``."""
+        f = Fields(data, where)
+        tokens = f.integer("tokens", None)
+        return cls(
+            power=f.number("power"),
+            alpha=f.number("power_alpha") if "power_alpha" in data else f.number("alpha"),
+            temperature=(
+                TestPower(f.number("temperature_power", None))
+                if "temperature_power" in data
+                else None
+            ),
+            tokens=tokens,
+            tokens_needed=None if tokens is None else f.integer("tokens_needed", None),
+        )
+
+    @classmethod
+    def of(cls, evidence: JSONObject) -> PowerEvidence | None:
+        """The power of a verdict's ``evidence``; None where its rule did not reach the power
+        (a test rejected first, or the verdict is not a sampled prompt's)."""
+        return cls.from_dict(evidence) if "power" in evidence else None
 
 
 @dataclass(frozen=True)
@@ -180,6 +283,28 @@ class SamplingEvidence:
             data.update(self.power.to_dict())
         return data
 
+    @classmethod
+    def from_dict(cls, data: JSONObject, where: str = "evidence") -> SamplingEvidence:
+        """A sampled prompt's verdict evidence as the file holds it; `FieldError` names a damaged
+        key. Files written before the placebo or the fidelity existed read with none."""
+        from equiv.verdicts.sampling.analysis_record import PooledDrift
+        from equiv.verdicts.sampling.fidelity import Fidelity
+
+        f = Fields(data, where)
+        drift, fidelity, batched = (data.get(k) for k in ("drift", "fidelity", "batched"))
+        return cls(
+            alpha=f.number("alpha"),
+            rejected=f.strs("rejected", ()),
+            same_seed_agreement=f.number("same_seed_agreement", 0.0),
+            drift=None if drift is None else PooledDrift.from_dict(json_object(drift)),
+            placebo_rejected=f.strs("placebo_rejected", ()),
+            fidelity=None if fidelity is None else Fidelity.from_dict(json_object(fidelity)),
+            limit=f.text("limit", None),
+            followed_up="batched" in data,
+            batched=None if batched is None else BatchedFigures.from_dict(json_object(batched)),
+            power=PowerEvidence.of(data),
+        )
+
 
 @dataclass(frozen=True)
 class RunEvidence:
@@ -195,3 +320,20 @@ class RunEvidence:
         if self.divergence_rate is not None:
             data["divergence_rate"] = self.divergence_rate.to_dict()
         return data
+
+    @classmethod
+    def from_dict(cls, data: JSONObject, where: str = "evidence") -> RunEvidence:
+        """A run verdict's evidence; the divergence rate's derived figures are computed again."""
+        from equiv.verdicts.temp0.divergence_rate import DivergenceRate
+
+        f = Fields(data, where)
+        labels = Fields(f.mapping("counts"), f.name("counts"))
+        counts = {label: labels.integer(label) for label in labels.data}
+        rate = data.get("divergence_rate")
+        return cls(
+            counts=counts,
+            differences=f.strs("differences", ()),
+            divergence_rate=None
+            if rate is None
+            else decode(DivergenceRate, rate, f.name("divergence_rate")),
+        )

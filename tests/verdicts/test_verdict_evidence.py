@@ -1,10 +1,23 @@
-"""The typed evidence of the verdict rules writes the keys results files hold, in their order."""
+"""The typed evidence of the verdict rules writes the keys results files hold, in their order,
+and reads them back."""
 
+import json
 import math
+from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from equiv.records import ResultsFile
 from equiv.records.comparison import Drift
+from equiv.records.fields import FieldError
+from equiv.records.kinds import parse_verdict
+from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.sampling.analysis_record import PooledDrift, ScoredTest
-from equiv.verdicts.temp0.drift_bound import drift_bound
+from equiv.verdicts.sampling.fidelity import Fidelity
+from equiv.verdicts.temp0.divergence_rate import DivergenceRate
+from equiv.verdicts.temp0.drift_bound import DriftBound, drift_bound
 from equiv.verdicts.verdict_evidence import (
     BatchedFigures,
     PowerEvidence,
@@ -12,6 +25,12 @@ from equiv.verdicts.verdict_evidence import (
     RunEvidence,
     SamplingEvidence,
     Temp0Evidence,
+    TestPower,
+)
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+Evidence = (
+    Temp0Evidence | RescoredGaps | BatchedFigures | PowerEvidence | SamplingEvidence | RunEvidence
 )
 
 AT = Temp0Evidence(5, 11, 12, 0.25, 0.5)
@@ -105,3 +124,167 @@ def test_run_evidence() -> None:
         "counts": {"equivalent": 2},
         "differences": ["n_ctx: 1 vs 2"],
     }
+
+
+# Read back: every evidence record reads back equal through JSON (up to the documented
+# rounding, which the strategies below apply first), and files written before a key existed read.
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+rounded5 = finite.map(lambda x: round(x, 5))
+rounded6 = finite.map(lambda x: round(x, 6))
+counts = st.integers(min_value=0, max_value=10**9)
+text = st.text(max_size=12)
+maybe = st.none
+
+bounds = st.builds(DriftBound, rounded6, counts, rounded6, rounded6, rounded6)
+pair = st.tuples(st.integers(0, 300_000), rounded5).map(list)
+rescored = st.builds(
+    RescoredGaps,
+    gap_batched=rounded6 | st.just(math.inf),  # not finite: written null, read as infinite
+    drift_at_divergence=rounded6,
+    drift_bound=maybe() | bounds,
+    target_rows=st.dictionaries(st.sampled_from(["single_token", "batched"]), st.lists(pair)),
+    used_row_deviation=maybe() | rounded6,
+    gap_single=maybe() | rounded6,
+    gap_single_at_least=maybe() | rounded6,
+)
+
+
+@st.composite
+def temp0(draw: st.DrawFn) -> Temp0Evidence:
+    outside = draw(st.booleans())  # outside the baseline's top k: no gap to write
+    return Temp0Evidence(
+        *draw(st.tuples(counts, counts, counts, maybe() | finite, maybe() | finite)),
+        own_argmax=draw(maybe() | counts),
+        baseline_gap=None if outside else draw(maybe() | rounded5),
+        outside_baseline_top=outside,
+        rescore_failed=draw(st.booleans()),
+        rescored=draw(maybe() | rescored),
+    )
+
+
+@st.composite
+def power(draw: st.DrawFn) -> PowerEvidence:
+    tokens = draw(maybe() | counts)
+    return PowerEvidence(
+        draw(finite),
+        draw(finite),
+        draw(maybe() | st.builds(TestPower, maybe() | finite)),
+        tokens=tokens,
+        tokens_needed=None if tokens is None else draw(maybe() | counts),
+    )
+
+
+figures = st.builds(
+    BatchedFigures, st.lists(text, max_size=3).map(tuple), st.dictionaries(text, finite)
+)
+pooled_drift = st.builds(
+    PooledDrift,
+    counts,
+    st.builds(Drift, counts, finite, maybe() | finite, finite, finite, finite),
+)
+fidelity = st.builds(
+    Fidelity, counts, rounded6, rounded6, rounded6, rounded6, rounded6, rounded6, counts, counts
+)
+
+
+@st.composite
+def sampling(draw: st.DrawFn) -> SamplingEvidence:
+    followed_up = draw(st.booleans())  # the batched figures are written only where asked
+    return SamplingEvidence(
+        draw(finite),
+        tuple(draw(st.lists(text, max_size=3))),
+        draw(finite),
+        draw(maybe() | pooled_drift),
+        tuple(draw(st.lists(text, max_size=3))),
+        draw(maybe() | fidelity),
+        limit=draw(maybe() | st.text(min_size=1, max_size=12)),  # an empty limit is not written
+        followed_up=followed_up,
+        batched=draw(maybe() | figures) if followed_up else None,
+        power=draw(maybe() | power()),
+    )
+
+
+rates = st.builds(
+    DivergenceRate,
+    *(st.integers(0, 50), st.integers(0, 50), st.integers(0, 500)),
+    *(st.integers(0, 50), st.integers(1, 500), st.floats(0, 1)),
+)
+runs = st.builds(
+    RunEvidence,
+    st.dictionaries(st.sampled_from([label.value for label in Label]), counts),
+    st.lists(text, max_size=3).map(tuple),
+    maybe() | rates,
+)
+
+EVIDENCE = {
+    "temp0": temp0(),
+    "rescored": rescored,
+    "batched": figures,
+    "power": power(),
+    "sampling": sampling(),
+    "run": runs,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EVIDENCE))
+def test_every_evidence_record_reads_back_equal_through_json(kind: str) -> None:
+    @settings(max_examples=40, deadline=None)
+    @given(EVIDENCE[kind])
+    def round_trip(evidence: Evidence) -> None:
+        written = json.loads(json.dumps(evidence.to_dict()))
+        read = type(evidence).from_dict(written)
+        assert read == evidence
+        assert read.to_dict() == written
+
+    round_trip()
+
+
+def test_the_temperature_test_reads_back_as_its_power() -> None:
+    test = ScoredTest("temperature:vs-placebo", 1.0, 0.5, 0.5, 10, "", power=0.3)
+    written = PowerEvidence(0.4, 0.001, test, tokens=100, tokens_needed=800).to_dict()
+    assert PowerEvidence.from_dict(written) == PowerEvidence(
+        0.4, 0.001, TestPower(0.3), tokens=100, tokens_needed=800
+    )
+    assert PowerEvidence.of({"alpha": 0.01, "rejected": ["pit"]}) is None  # not reached
+    # written before power_alpha: the power was computed at the prompt's alpha
+    assert PowerEvidence.from_dict({"alpha": 0.01, "power": 0.5}) == PowerEvidence(0.5, 0.01)
+
+
+def test_a_verdict_written_by_the_current_code_reads_back() -> None:
+    """Through a results file's line: the verdict's evidence is what ``to_dict`` wrote, byte for
+    byte, and the typed record reads back from it."""
+    at = Temp0Evidence(5, 11, 12, 0.25, 0.5, rescore_failed=True)
+    line = json.dumps({"verdict": Verdict(Label.INCONCLUSIVE, "x", at.to_dict()).to_dict()})
+    verdict = parse_verdict(json.loads(line)["verdict"])
+    assert json.dumps(verdict.evidence) == json.dumps(at.to_dict())
+    assert Temp0Evidence.from_dict(verdict.evidence) == at
+    assert verdict.rescore_failed
+    assert not Verdict(Label.INCONCLUSIVE, "x", AT.to_dict()).rescore_failed
+
+
+def test_results_files_written_before_the_typed_evidence_read() -> None:
+    """The fixtures' verdicts (no target rows or drift bound at temp 0; no placebo, fidelity or
+    power_alpha when sampling): each key they hold reads back as written."""
+    read = 0
+    for name in ("temp0_results.jsonl", "sampling_results.jsonl", "hostile_results.jsonl"):
+        contents = ResultsFile(FIXTURES / name).read()
+        for record in (*contents.results, *contents.analyses):
+            evidence = record.judged.evidence
+            kind = Temp0Evidence if "position" in evidence else SamplingEvidence
+            if "position" not in evidence and "same_seed_agreement" not in evidence:
+                continue
+            written = kind.from_dict(evidence).to_dict()
+            assert {k: written[k] for k in evidence} == dict(evidence)
+            read += 1
+    assert read >= 6
+
+
+def test_a_damaged_key_is_named() -> None:
+    data = {**AT.to_dict(), "position": "five"}
+    with pytest.raises(FieldError, match=r"evidence\.position: expected an integer"):
+        Temp0Evidence.from_dict(data)
+    rows = {**AT.to_dict(), "gap_batched": 0.5, "drift_at_divergence": 0.1}
+    rows["target_rows"] = {"batched": [[1, "x"]]}
+    with pytest.raises(FieldError, match=r"evidence\.target_rows\.batched\[0\]"):
+        Temp0Evidence.from_dict(rows)
