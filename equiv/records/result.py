@@ -82,7 +82,7 @@ class ResultRecord:
         generations are kept, the verdict says why, and a resumed run redoes it."""
         if any("rescore_error" in self.evidence.get(p, {}) for p in ("baseline", "speculative")):
             return True
-        return self.verdict is not None and bool(self.verdict.evidence.get("rescore_failed"))
+        return self.verdict is not None and self.verdict.rescore_failed
 
     def generation(self, path: str) -> Generation:
         """``baseline`` or ``speculative``."""

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from equiv.json_types import json_float
+from equiv.verdicts.verdict_evidence import PowerEvidence
 
 if TYPE_CHECKING:
     from equiv.records.kinds import AnalysisRecord
@@ -24,9 +25,11 @@ def seeds_needed(analyses: Sequence[AnalysisRecord], seeds: int) -> int | None:
     needed = []
     for record in analyses:
         verdict = record.judged
-        need, have = verdict.evidence.get("tokens_needed"), verdict.evidence.get("tokens")
-        if verdict.label is Label.INCONCLUSIVE and need and have:
-            needed.append(math.ceil(seeds * json_float(need) / json_float(have)))
+        power = PowerEvidence.of(verdict.evidence)
+        if verdict.label is not Label.INCONCLUSIVE or power is None:
+            continue
+        if power.tokens_needed and power.tokens:
+            needed.append(math.ceil(seeds * power.tokens_needed / power.tokens))
     return max(needed) if needed else None
 
 
@@ -100,8 +103,8 @@ def _per_prompt_line(
         for t in record.tests
         if "p_adjusted" in t
     ]
-    powers = [r.judged.evidence.get("power") for r in analyses]
-    known = [json_float(p) for p in powers if p is not None]
+    powers = [PowerEvidence.of(r.judged.evidence) for r in analyses]
+    known = [p.power for p in powers if p is not None]
     stats = [f"smallest adjusted p = {min(p_values):.2g}"] if p_values else []
     if known and len(known) == len(powers):
         stats.append(f"power {min(known):.2f} for Cohen's w >= 0.1")

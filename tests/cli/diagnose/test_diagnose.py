@@ -215,9 +215,10 @@ def test_thin_evidence_says_how_many_seeds_would_decide() -> None:
     from equiv.cli.diagnose.verdict import seeds_needed
     from equiv.records.kinds import AnalysisRecord
     from equiv.records.verdict import Label, Verdict
+    from equiv.verdicts.verdict_evidence import PowerEvidence
 
     def analysis(label: Label, needed: int) -> AnalysisRecord:
-        evidence = {"tokens": 256, "tokens_needed": needed}
+        evidence = PowerEvidence(0.3, 0.001, tokens=256, tokens_needed=needed).to_dict()
         return AnalysisRecord("s/p::sampling", "s", "p", verdict=Verdict(label, "", evidence))
 
     analyses = [analysis(Label.INCONCLUSIVE, 2048), analysis(Label.EQUIVALENT, 9999)]

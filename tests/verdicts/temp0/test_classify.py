@@ -12,6 +12,7 @@ from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.temp0.classify import classify_temp0
 from equiv.verdicts.temp0.compare import compare
+from equiv.verdicts.verdict_evidence import Temp0Evidence
 
 
 def _prompts(keys):
@@ -34,11 +35,15 @@ def test_llama_cpp_speculative_divergences_are_numeric_drift(real_divergences):
         verdict = record.verdict
         assert verdict is not None
         assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
-        ev = verdict.evidence
+        ev = Temp0Evidence.from_dict(verdict.evidence)
         # Each path emitted its own argmax; the target's own gap was small and positive.
-        assert ev["margin_baseline"] >= 0
-        assert ev["margin_speculative"] >= 0
-        assert 0 <= ev["gap_single"] < 1.0
+        assert ev.margin_baseline is not None
+        assert ev.margin_baseline >= 0
+        assert ev.margin_speculative is not None
+        assert ev.margin_speculative >= 0
+        assert ev.rescored is not None
+        assert ev.rescored.gap_single is not None
+        assert 0 <= ev.rescored.gap_single < 1.0
     for record in real_divergences.records:
         if record.comparison.identical:
             assert record.verdict is not None

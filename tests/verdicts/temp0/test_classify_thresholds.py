@@ -29,6 +29,7 @@ from equiv.verdicts.temp0.drift_bound import (
     drift_bound,
     gap_movements,
 )
+from equiv.verdicts.verdict_evidence import PowerEvidence, Temp0Evidence
 
 VOCAB = 64
 N = 40  # baseline tokens
@@ -139,10 +140,13 @@ def test_the_calibrated_bound_decides(gap, movement, tail, label, words, served)
     verdict = classify_temp0(record, base, spec, rescore=rescore)
     assert verdict.label is label, verdict.reason
     assert words in verdict.reason
-    bound = verdict.evidence["drift_bound"]
-    assert bound["positions"] == CALIBRATION_POSITIONS - 1  # every position but the divergence
-    assert bound["bound"] == pytest.approx(DRIFT_SAFETY * movement, rel=1e-3)
-    assert verdict.evidence["gap_single"] == pytest.approx(gap, abs=1e-4)
+    rescored = Temp0Evidence.from_dict(verdict.evidence).rescored
+    assert rescored is not None
+    bound = rescored.drift_bound
+    assert bound is not None
+    assert bound.positions == CALIBRATION_POSITIONS - 1  # every position but the divergence
+    assert bound.bound == pytest.approx(DRIFT_SAFETY * movement, rel=1e-3)
+    assert rescored.gap_single == pytest.approx(gap, abs=1e-4)
 
 
 def _top(rows: npt.NDArray[np.float64], k: int) -> npt.NDArray[np.float64]:
@@ -194,7 +198,9 @@ def test_a_token_outside_the_servers_top_k_that_the_batched_row_prefers_is_drift
     assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
     assert "evaluated in a batch as verification does, prefers" in verdict.reason
     assert "by more than" in verdict.reason
-    assert verdict.evidence["gap_single"] is None
+    rescored = Temp0Evidence.from_dict(verdict.evidence).rescored
+    assert rescored is not None
+    assert rescored.gap_single is None
 
 
 def test_too_few_positions_to_calibrate_is_inconclusive():
@@ -287,7 +293,9 @@ def test_a_test_that_did_not_run_lends_no_power_to_equivalent():
     ]
     verdict = _classify(_analysis(tests), has_logits=False)
     assert verdict.label is Label.INCONCLUSIVE, verdict.reason
-    assert verdict.evidence["power"] == 0.0
+    power = PowerEvidence.of(verdict.evidence)
+    assert power is not None
+    assert power.power == 0.0
 
 
 def test_without_a_placebo_nothing_is_equivalent_or_a_sampler_bug():
@@ -334,5 +342,7 @@ def test_equivalent_needs_its_power_at_holms_first_step():
     others = [_test_row(f"other-{i}:two-sample", 100, 9, 0.5) for i in range(9)]
     ten = _classify(_analysis([pit, *others]))
     assert ten.label is Label.INCONCLUSIVE, ten.reason
-    assert ten.evidence["power_alpha"] == pytest.approx(0.001)
+    power = PowerEvidence.of(ten.evidence)
+    assert power is not None
+    assert power.alpha == pytest.approx(0.001)
     assert "seeds" in ten.reason  # how many would reach the power
