@@ -9,7 +9,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from equiv.errors import ConfigError
 
@@ -28,6 +28,7 @@ def _int(text: str) -> int:
 
 #: A setting's value as parsed from its flag.
 Setting = str | int | float | bool
+_S = TypeVar("_S", str, int, float, bool)
 
 # flag spellings -> (setting, converter); a converter of None marks a switch without a value.
 _FLAGS: tuple[tuple[tuple[str, ...], str, Callable[[str], Setting] | None], ...] = (
@@ -72,12 +73,52 @@ class LlamaCommand:
     program_path: str = ""  # the program as written (a path, or a name on PATH)
     words: tuple[str, ...] = ()  # the flags as written, in order
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.settings.get(key, default)
+    def get(self, key: str) -> Setting | None:
+        """The setting as parsed (its flag's type), None where the flag was not given."""
+        return self.settings.get(key)
+
+    def text(self, key: str) -> str | None:
+        """A setting whose flag takes a word (``-m``, ``-ngl``, ``-ctk``, ``--spec-type``)."""
+        return self._typed(key, str)
+
+    def integer(self, key: str) -> int | None:
+        """A setting whose flag takes an integer (``--draft-max``, ``-c``, ``-np``, ``-s``)."""
+        return self._typed(key, int)
+
+    def number(self, key: str) -> float | None:
+        """A setting whose flag takes a number (``--temp``, ``--top-p``, ``--draft-p-min``)."""
+        value = self.settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return self._typed(key, float)
+
+    def flag(self, key: str) -> bool:
+        """A switch without a value (``--jinja``): given or not."""
+        return self._typed(key, bool) is True
+
+    def _typed(self, key: str, kind: type[_S]) -> _S | None:
+        value = self.settings.get(key)
+        if value is None:
+            return None
+        if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+            return value
+        raise TypeError(f"setting {key} is {value!r}, not {kind.__name__}: ask for it as such")
+
+    @property
+    def temp(self) -> float:
+        """``--temp``, or llama.cpp's default 0.8 where not given."""
+        temp = self.number("temp")
+        return 0.8 if temp is None else temp
+
+    @property
+    def parallel(self) -> int:
+        """``-np``, or llama-server's default 1 where not given."""
+        slots = self.integer("parallel")
+        return 1 if slots is None else slots
 
     @property
     def seed_fixed(self) -> bool:
-        seed = self.get("seed")
+        seed = self.integer("seed")
         return seed is not None and seed not in (-1, RANDOM_SEED)
 
 

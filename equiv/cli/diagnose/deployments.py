@@ -39,7 +39,7 @@ def map_pair(
     """Two deployments, the baseline without a draft and the speculative one with it: the run
     that reproduces both (the speculative command's draft settings, and each setting in which
     they differ as a speculative-path override), and a finding per difference."""
-    if not speculative.get("model_draft"):
+    if not speculative.text("model_draft"):
         raise ConfigError(
             "the second command line (speculative) has no -md/--model-draft; give the "
             "baseline first and the speculative deployment second"

@@ -55,7 +55,7 @@ def findings(
 
 
 def _seed(cmd: LlamaCommand) -> list[Finding]:
-    seed, temp = cmd.get("seed"), cmd.get("temp", 0.8)
+    seed, temp = cmd.integer("seed"), cmd.temp
     seed_flag = cmd.spellings.get("seed", "--seed")
     if seed == 0:
         return [
@@ -84,20 +84,22 @@ def _seed(cmd: LlamaCommand) -> list[Finding]:
 
 def _draft(cmd: LlamaCommand) -> list[Finding]:
     out = []
-    if cmd.get("draft_max") is not None and cmd.get("draft_min", 0) > cmd.get("draft_max"):
+    draft_max, draft_min = cmd.integer("draft_max"), cmd.integer("draft_min")
+    if draft_max is not None and (draft_min or 0) > draft_max:
         out.append(
             Finding(
                 "misconfiguration",
-                f"draft-min {cmd.get('draft_min')} > draft-max {cmd.get('draft_max')}",
+                f"draft-min {draft_min} > draft-max {draft_max}",
                 "no draft can be long enough, so the draft model is never used",
                 "use a draft-min no larger than draft-max (llama.cpp's default draft-min is 0)",
             )
         )
-    if cmd.get("draft_max", 16) >= LARGE_DRAFT_MAX and cmd.get("model_draft"):
+    draft_max = 16 if draft_max is None else draft_max  # llama.cpp's default
+    if draft_max >= LARGE_DRAFT_MAX and cmd.text("model_draft"):
         out.append(
             Finding(
                 "note",
-                f"draft-max {cmd.get('draft_max', 16)}",
+                f"draft-max {draft_max}",
                 "long drafts pay off only when the draft agrees with the target most of the "
                 "time; the run below measures the acceptance",
                 "if the acceptance is below about 0.6, try --draft-max 4",
@@ -107,7 +109,7 @@ def _draft(cmd: LlamaCommand) -> list[Finding]:
 
 
 def _gpu(cmd: LlamaCommand, own_server: bool) -> list[Finding]:
-    ngl = cmd.get("n_gpu_layers")
+    ngl = cmd.text("n_gpu_layers")
     if ngl is None or ngl in ("0",):
         return []
     partial = ngl.isdigit() and int(ngl) < 99
@@ -140,7 +142,7 @@ def _gpu(cmd: LlamaCommand, own_server: bool) -> list[Finding]:
 
 def _formatting_and_cache(cmd: LlamaCommand) -> list[Finding]:
     out = []
-    if cmd.get("jinja"):
+    if cmd.flag("jinja"):
         out.append(
             Finding(
                 "note",
@@ -151,7 +153,7 @@ def _formatting_and_cache(cmd: LlamaCommand) -> list[Finding]:
                 "nothing to fix; if a chat prompt diverges, check that both servers ran --jinja",
             )
         )
-    kv = [f"{f} {cmd.get(k)}" for f, k in (("-ctk", "cache_type_k"), ("-ctv", "cache_type_v"))]
+    kv = [f"{f} {cmd.text(k)}" for f, k in (("-ctk", "cache_type_k"), ("-ctv", "cache_type_v"))]
     kv = [text for text in kv if not text.endswith((" None", " f16"))]
     if kv:
         out.append(
@@ -163,11 +165,11 @@ def _formatting_and_cache(cmd: LlamaCommand) -> list[Finding]:
                 "compare with -ctk f16 -ctv f16 to see whether the difference goes away",
             )
         )
-    if cmd.get("parallel", 1) > 1:
+    if cmd.parallel > 1:
         out.append(
             Finding(
                 "misconfiguration",
-                f"-np {cmd.get('parallel')}",
+                f"-np {cmd.parallel}",
                 "with several slots llama-server batches concurrent requests together, so a "
                 "request's numerics depend on what else is running (and -c is split between "
                 "the slots); outputs are not reproducible request to request",
@@ -178,7 +180,7 @@ def _formatting_and_cache(cmd: LlamaCommand) -> list[Finding]:
 
 
 def _vocab(cmd: LlamaCommand, vocab_check: VocabCheck | None) -> list[Finding]:
-    target, draft = cmd.get("model"), cmd.get("model_draft")
+    target, draft = cmd.text("model"), cmd.text("model_draft")
     if not (target and draft and Path(target).is_file() and Path(draft).is_file()):
         return []
     from equiv.models.vocab_compat import check_vocab_compat

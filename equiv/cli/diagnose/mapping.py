@@ -68,7 +68,7 @@ def map_to_run(
             values["server_args"] = shlex.join(shared)
         if draft_only:
             values["server_draft_args"] = shlex.join(draft_only)
-    target, draft = cmd.get("model"), cmd.get("model_draft")
+    target, draft = cmd.text("model"), cmd.text("model_draft")
     if target and Path(target).is_file():
         values["target"] = target
         if draft and Path(draft).is_file():
@@ -80,26 +80,27 @@ def map_to_run(
         notes.append(f"{what}; checking the same setup on the local default pair")
     notes.extend(_speculative_type(cmd, values, own_server=binary is not None))
     for key in _DIRECT:
-        if cmd.get(key) is not None:
-            values[key] = cmd.get(key)
-    if cmd.get("n_ctx"):
-        n_ctx = cmd.get("n_ctx") // max(cmd.get("parallel", 1), 1)
-        if cmd.get("parallel", 1) > 1:
+        if (value := cmd.get(key)) is not None:
+            values[key] = value
+    if n_ctx := cmd.integer("n_ctx"):
+        n_ctx //= max(cmd.parallel, 1)
+        if cmd.parallel > 1:
             notes.append(f"llama-server splits -c between -np slots: {n_ctx} per request")
         if "target" not in values and n_ctx > MAX_LOCAL_CTX:
             notes.append(f"n_ctx {n_ctx} capped at {MAX_LOCAL_CTX} on the local pair")
             n_ctx = MAX_LOCAL_CTX
         values["n_ctx"] = n_ctx
     cores = cpu_count or os.cpu_count() or 1
-    threads = cmd.get("threads")
+    threads = cmd.integer("threads")
     if threads and threads > 0:
         values["threads"] = min(threads, cores)
         if threads > cores:
             notes.append(f"-t {threads} lowered to this machine's {cores} cores")
-    if str(cmd.get("flash_attn", "off")).lower() in ("on", "1", "true"):
+    if (cmd.text("flash_attn") or "off").lower() in ("on", "1", "true"):
         values["flash_attn"] = True
-    if cmd.seed_fixed and 0 < cmd.get("seed") < RANDOM_SEED:
-        values["seed_start"] = cmd.get("seed")
+    seed = cmd.integer("seed")
+    if cmd.seed_fixed and seed is not None and 0 < seed < RANDOM_SEED:
+        values["seed_start"] = seed
     return RunMapping(values, tuple(notes), runs)
 
 
@@ -109,12 +110,12 @@ def _speculative_type(
     """The user's speculative type, as written: on their llama-server it is passed through
     (``--server-spec-type``; no ``--spec-type`` stays none, so a server that then does not
     speculate is found); in process only draft-model speculation can run."""
-    spec_type = cmd.get("spec_type")
+    spec_type = cmd.text("spec_type")
     default = cmd.words and "--spec-default" in cmd.words
     if own_server:
         if spec_type is not None:
             values["server_spec_type"] = spec_type
-        elif cmd.get("model_draft") or default:
+        elif cmd.text("model_draft") or default:
             values["server_spec_type"] = INFERRED
             return (
                 []

@@ -67,9 +67,10 @@ def test_runtime_and_sampling_flags() -> None:
         "llama-cli -m t.gguf -c 4096 -b 256 -ub 128 -t 64 -fa -ngl 99 -ctk q8_0 -ctv q8_0 "
         "--top-k 20 --top-p 0.9 --min-p 0.1 --repeat-penalty 1.1 -s 7 --temp 0.7"
     )
-    assert cmd.get("flash_attn") == "on"
-    assert cmd.get("seed") == 7
-    assert cmd.get("n_gpu_layers") == "99"
+    assert cmd.text("flash_attn") == "on"
+    assert cmd.integer("seed") == 7
+    assert cmd.text("n_gpu_layers") == "99"
+    assert (cmd.number("temp"), cmd.temp, cmd.number("top_k")) == (0.7, 0.7, 20.0)
     values = map_to_run(cmd, cpu_count=2).values
     assert values["threads"] == 2
     assert values["flash_attn"] is True
@@ -80,7 +81,7 @@ def test_runtime_and_sampling_flags() -> None:
         128,
         20,
     )
-    assert parse_command("llama-server -fa off -m t.gguf").get("flash_attn") == "off"
+    assert parse_command("llama-server -fa off -m t.gguf").text("flash_attn") == "off"
     kinds = {f.title: f.kind for f in findings(cmd)}
     assert kinds == {"-ngl 99": "note", "-ctk q8_0 -ctv q8_0": "note"}
 
@@ -98,7 +99,7 @@ def test_unknown_arguments_are_listed_as_ignored() -> None:
     cmd = parse_command(
         "llama-server --host 0.0.0.0 --port 8080 --jinja -m t.gguf --mystery -x -1 --alias a"
     )
-    assert cmd.get("jinja") is True  # understood, not ignored
+    assert cmd.flag("jinja")  # understood, not ignored
     assert cmd.ignored == (
         "--host 0.0.0.0",
         "--port 8080",
@@ -106,7 +107,19 @@ def test_unknown_arguments_are_listed_as_ignored() -> None:
         "-x -1",
         "--alias a",
     )
-    assert cmd.get("model") == "t.gguf"
+    assert cmd.text("model") == "t.gguf"
+
+
+def test_settings_are_read_by_their_type_with_llama_cpp_s_defaults() -> None:
+    cmd = parse_command("llama-server -m t.gguf -np 4")
+    assert (cmd.integer("parallel"), cmd.parallel) == (4, 4)
+    assert (cmd.number("temp"), cmd.temp) == (None, 0.8)  # llama.cpp's default temperature
+    assert not cmd.flag("jinja")
+    assert parse_command("llama-server").parallel == 1
+    with pytest.raises(TypeError, match=r"setting model is 't\.gguf', not int"):
+        cmd.integer("model")
+    with pytest.raises(TypeError, match="setting parallel is 4, not str"):
+        cmd.text("parallel")
 
 
 def test_bad_values_name_the_flag_and_value() -> None:
