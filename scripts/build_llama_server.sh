@@ -20,7 +20,14 @@ bin="$dest/llama-server"
 
 log() { printf 'build_llama_server: %s\n' "$*" >&2; }
 
-if [[ -x "$bin" ]] && "$bin" --version >/dev/null 2>&1; then
+# llama.cpp's AMX kernels segfault on the first decode on some hosts with AMX (llama.cpp issue
+# 20824; seen here: scripts/amx_check.py), so they are compiled out (the compiler defines
+# __AMX_INT8__ for such a CPU under -march=native; ggml builds its AMX backend only where it is
+# defined). Elsewhere the flag changes nothing. A cached binary built without it is rebuilt.
+flags="-U__AMX_INT8__"
+
+if [[ -x "$bin" ]] && "$bin" --version >/dev/null 2>&1 &&
+    grep -q -- "\"c_flags\": \"$flags\"" "$dest/build.json" 2>/dev/null; then
     log "cached: $bin"
     echo "$bin"
     exit 0
@@ -49,6 +56,8 @@ cmake -S "$src" -B "$work/build" \
     -DCMAKE_BUILD_TYPE=Release \
     -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE=ON \
+    -DCMAKE_C_FLAGS="$flags" \
+    -DCMAKE_CXX_FLAGS="$flags" \
     -DLLAMA_BUILD_SERVER=ON \
     -DLLAMA_BUILD_TESTS=OFF \
     -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -70,7 +79,7 @@ mkdir -p "$dest"
 cp "$built" "$bin.tmp.$$"
 mv "$bin.tmp.$$" "$bin" # atomic: a concurrent reader never sees half a binary
 elapsed=$(($(date +%s) - started))
-printf '{"llama_cpp_python": "%s", "seconds": %d, "built": "%s"}\n' \
-    "$version" "$elapsed" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$dest/build.json"
+printf '{"llama_cpp_python": "%s", "c_flags": "%s", "seconds": %d, "built": "%s"}\n' \
+    "$version" "$flags" "$elapsed" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$dest/build.json"
 log "built in ${elapsed}s: $bin"
 echo "$bin"

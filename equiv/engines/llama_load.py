@@ -8,6 +8,13 @@ itself lets many contexts share one model (its weights are read-only during infe
 `load_llama` hands a second `Llama` on the same file the model the first one loaded; the model is
 freed when the last `Llama` using it is closed. Numerics do not change: each context still has
 its own KV cache, compute buffers and threads over identical weights.
+
+Where llama.cpp was built with its AMX kernels (`AMX`: an x86 CPU with AMX-INT8, built with
+``-march=native``), every model loads without llama.cpp's extra buffer types (the AMX and
+repacked weight layouts): on some hosts with AMX the AMX matrix multiply segfaults on the first
+decode (llama.cpp issue 20824, `ggml_backend_amx_mul_mat`; seen here on a virtualized Xeon with
+AMX-INT8, the bundled Q4_K_M target: `scripts/amx_check.py`). Both paths load alike, so the
+comparison is unchanged; the machine record's llama.cpp line (``AMX_INT8 = 1``) says so.
 """
 
 from __future__ import annotations
@@ -26,7 +33,11 @@ from equiv.config import RunConfig
 from equiv.errors import ModelError
 from equiv.models.quiet import quiet_stderr
 
-__all__ = ["load_llama", "reset", "shared_models"]
+__all__ = ["AMX", "load_llama", "reset", "shared_models"]
+
+#: llama.cpp here has its AMX kernels (built for a CPU with AMX-INT8): models load without the
+#: extra buffer types (this module's docstring).
+AMX = "AMX_INT8 = 1" in llama_cpp.llama_print_system_info().decode(errors="replace")
 
 _lock = threading.RLock()
 #: Loaded models by file identity: (the llama-cpp-python model wrapper, its user count).
@@ -63,18 +74,23 @@ def _identity(path: str) -> tuple[str, int, int]:
 
 
 @contextlib.contextmanager
-def _sharing(key: tuple[str, int, int]) -> Iterator[None]:
-    """While a `Llama` is constructed, its model is the shared one for ``key`` (loaded on first
-    use). The lock keeps the swap of llama-cpp-python's model class to one construction; a
-    model asked for by another thread meanwhile, or for another file, loads as usual. The user
-    is counted before its proxy exists, so a garbage collection that closes an old `Llama` on
-    the same file in between cannot free the model under it."""
+def _loading(key: tuple[str, int, int] | None) -> Iterator[None]:
+    """While a `Llama` is constructed: without the extra buffer types where `AMX`, and, for
+    ``key``, its model the shared one (loaded on first use). The lock keeps the swap of
+    llama-cpp-python's model class to one construction; a model asked for by another thread
+    meanwhile, or for another file, loads as usual. The user is counted before its proxy
+    exists, so a garbage collection that closes an old `Llama` on the same file in between
+    cannot free the model under it."""
     loader = _internals.LlamaModel
     constructing = threading.get_ident()
 
     def model(**kwargs: Any) -> Any:
+        if threading.get_ident() != constructing:
+            return loader(**kwargs)
+        if AMX:
+            kwargs["params"].use_extra_bufts = False
         path = kwargs.get("path_model")
-        if threading.get_ident() != constructing or not path or os.path.realpath(path) != key[0]:
+        if key is None or not path or os.path.realpath(path) != key[0]:
             return loader(**kwargs)
         entry = _models.get(key)
         if entry is None:
@@ -102,8 +118,8 @@ def load_llama(path: str, config: RunConfig, *, logits_all: bool, **kwargs: Any)
     other open `Llama` on the same file (unless ``kwargs`` set more than the draft model: other
     keywords may change how the model itself loads)."""
     try:
-        share = _sharing(_identity(path)) if set(kwargs) <= {"draft_model"} else None
-        with quiet_stderr(), share or contextlib.nullcontext():
+        key = _identity(path) if set(kwargs) <= {"draft_model"} else None
+        with quiet_stderr(), _loading(key):
             return llama_cpp.Llama(
                 model_path=path,
                 n_ctx=config.n_ctx,

@@ -75,10 +75,8 @@ def test_two_contexts_on_one_file_share_its_model_until_the_last_closes(config: 
 
 
 def test_a_shared_model_gives_the_rows_and_tokens_of_a_model_of_its_own(config: RunConfig) -> None:
-    own = llama_cpp.Llama(
-        model_path=config.draft.path, n_ctx=256, n_threads=1, n_threads_batch=1,
-        logits_all=True, seed=1, verbose=False,
-    )  # fmt: skip
+    # a model of its own: another keyword (one that changes nothing) is never shared
+    own = load_llama(config.draft.path, config, logits_all=True, use_mlock=False)
     other = load_llama(config.draft.path, config, logits_all=True)
     shared = load_llama(config.draft.path, config, logits_all=True)
     try:
@@ -87,6 +85,7 @@ def test_a_shared_model_gives_the_rows_and_tokens_of_a_model_of_its_own(config: 
         assert tokens_shared == tokens_own
         assert np.array_equal(row_shared, row_own)  # bit for bit
         assert shared._model._inner is other._model._inner
+        assert not hasattr(own._model, "_inner")
     finally:
         for llm in (own, other, shared):
             llm.close()
@@ -127,3 +126,24 @@ def test_reset_gives_back_the_rows_of_the_last_prompt_and_changes_none(config: R
         assert np.array_equal(again_row, row)  # bit for bit after the reset
     finally:
         llm.close()
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_a_build_with_the_amx_kernels_loads_without_extra_buffer_types(
+    config: RunConfig, monkeypatch: pytest.MonkeyPatch, amx: bool
+) -> None:
+    """Where llama.cpp has its AMX kernels (they segfault on some hosts: scripts/amx_check.py)
+    every model loads without the extra buffer types, shared or not; elsewhere with llama.cpp's
+    default (with them)."""
+    from equiv.engines import llama_load
+
+    monkeypatch.setattr(llama_load, "AMX", amx)
+    shared = load_llama(config.draft.path, config, logits_all=True)
+    alone = load_llama(config.draft.path, config, logits_all=True, use_mlock=False)
+    try:
+        for llm in (shared, alone):
+            assert llm.model_params.use_extra_bufts is (not amx)
+            _greedy(llm, n=2)  # and it decodes
+    finally:
+        shared.close()
+        alone.close()
