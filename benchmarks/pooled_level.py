@@ -7,11 +7,18 @@ small vocabulary, `sequential_level.simulate`), sampled for up to ``--budget`` s
 records in process. The runs are independent: each prompt of each run has its own model and its
 own random streams.
 
-Each look is judged as the runner judges it (`equiv.run.looks.run_in_looks`): every
-prompt still running by `analyze` + `classify_sampling` at its share ``alpha (1 - POOLED_SHARE)
-/ P`` of the level (times the look's share), stopping at a verdict of `STOPPING_LABELS`; the run
-by `judge_run` at ``alpha POOLED_SHARE`` (times the look's share) over every prompt's seeds so
-far, with the prompts' labels; the run stops at a verdict of `RUN_STOPPING` or at the last look.
+Each look (`run_schedule`: a run of many prompts may look first at a few seeds a prompt) is
+judged as the runner judges it (`equiv.run.looks.run_in_looks`): every prompt still running
+(from its first look with `MIN_SEEDS` seeds) by `analyze` + `classify_sampling` at its share
+``alpha (1 - POOLED_SHARE) / P`` of the level (times the look's share), stopping at a verdict of
+`STOPPING_LABELS`; the run by `judge_run` at ``alpha POOLED_SHARE`` (times the look's share)
+over every prompt's seeds so far, with the prompts' labels; the run stops at a verdict of
+`RUN_STOPPING` or at the last look.
+With ``--allocate`` each round after the first goes only to the prompts the runner would give it
+(`equiv.verdicts.sampling.allocation.informative`), the others paused on the seeds they have.
+``--scales`` gives the prompts' logits these deviations in turn (2.5: the default; 10: rows
+as peaked as most of a code prompt's at a low temperature), so that prompts differ in what
+they can tell.
 
 - ``--fault none`` (both paths sample from the same rows): a false positive is a run-level
   ``sampler-bug``; the rate at the stop and its one-sided 95 % Clopper-Pearson upper bound are
@@ -22,6 +29,7 @@ far, with the prompts' labels; the run stops at a verdict of `RUN_STOPPING` or a
 
     python benchmarks/pooled_level.py --runs 400 --prompts 6 --budget 32 --tokens 16 --looks 4
     python benchmarks/pooled_level.py --runs 100 --fault wrong_temp
+    python benchmarks/pooled_level.py --runs 400 --scales 2.5,10,10 --allocate
 """
 
 from __future__ import annotations
@@ -36,11 +44,12 @@ from scipy import stats as sps
 from sequential_level import STRENGTH, np_limit_tokens, simulate
 
 from equiv.records.verdict import Label
+from equiv.verdicts.sampling.allocation import informative
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, RUN_STOPPING, judge_run
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import classify_sampling
-from equiv.verdicts.stats.sequential import schedule, stops
+from equiv.verdicts.stats.sequential import MIN_SEEDS, run_schedule, stops
 
 
 @dataclass
@@ -51,24 +60,28 @@ class Outcome:
     tokens: int  # speculative tokens the run used
 
 
-def one_run(prompts: dict[str, list[Sample]], looks: int, alpha: float) -> Outcome:
+def one_run(prompts: dict[str, list[Sample]], looks: int, alpha: float, allocate: bool) -> Outcome:
     budget = len(next(iter(prompts.values())))
     prompt_alpha = alpha * (1 - POOLED_SHARE) / len(prompts)
     stopped: dict[str, tuple[Label, int]] = {}  # prompt -> (label, seeds) where it stopped
-    plan_ = schedule(budget, looks)
-    for look in plan_:
+    have = dict.fromkeys(prompts, 0)  # the seeds each prompt has been given
+    for look in run_schedule(budget, looks, len(prompts), pooled=True):
+        running = [key for key in prompts if key not in stopped]
+        chosen = running
+        if allocate and look.index > 1 and len(running) > 1:
+            keep = informative({k: prompts[k][: have[k]] for k in running}, has_logits=True)
+            chosen = [k for k in running if k in keep]
         current = {}
-        for key, samples in prompts.items():
-            if key in stopped:
-                continue
-            seen = samples[: look.seeds]
-            analysis = analyze(seen, alpha=prompt_alpha * look.share, has_logits=True)
+        for key in chosen:
+            have[key] = look.seeds
+            if look.seeds < MIN_SEEDS and not look.last:
+                continue  # only the run is judged at a look this small
+            analysis = analyze(
+                prompts[key][: look.seeds], alpha=prompt_alpha * look.share, has_logits=True
+            )
             current[key] = classify_sampling(analysis, has_logits=True).label
         labels = Counter(label for label, _ in stopped.values()) + Counter(current.values())
-        seen_by = {
-            key: samples[: stopped[key][1] if key in stopped else look.seeds]
-            for key, samples in prompts.items()
-        }
+        seen_by = {key: samples[: have[key]] for key, samples in prompts.items()}
         run = judge_run(seen_by, labels, alpha=alpha * POOLED_SHARE * look.share, has_logits=True)
         for key, label in current.items():
             if stops(label, look):
@@ -94,13 +107,22 @@ def main() -> None:
     parser.add_argument("--fault", choices=("none", "wrong_temp", "greedy"), default="none")
     parser.add_argument("--strength", type=float, help="of the fault (default: STRENGTH)")
     parser.add_argument("--first-run", type=int, default=0, help="run ids start here")
+    parser.add_argument(
+        "--scales", default="2.5", help="the prompts' logit deviations, in turn (comma-separated)"
+    )
+    parser.add_argument(
+        "--allocate", action="store_true", help="later rounds to the informative prompts only"
+    )
     args = parser.parse_args()
     strength = STRENGTH[args.fault] if args.strength is None else args.strength
-    looks = [look.seeds for look in schedule(args.budget, args.looks)]
+    looks = [
+        look.seeds for look in run_schedule(args.budget, args.looks, args.prompts, pooled=True)
+    ]
+    scales = [float(x) for x in args.scales.split(",")]
     print(
         f"## {args.runs} runs of {args.prompts} prompts, fault {args.fault} ({strength}), "
         f"budget {args.budget} seeds x {args.tokens} tokens, looks at {looks} seeds, alpha "
-        f"{args.alpha}"
+        f"{args.alpha}, logit scales {scales}, allocation {'on' if args.allocate else 'off'}"
     )
     started = time.perf_counter()
     outcomes = []
@@ -111,12 +133,17 @@ def main() -> None:
         prompts = {}
         for p in range(args.prompts):
             samples, llr0, llr1 = simulate(
-                run * 1000 + p, args.budget, args.tokens, args.fault, strength
+                run * 1000 + p,
+                args.budget,
+                args.tokens,
+                args.fault,
+                strength,
+                scales[p % len(scales)],
             )
             prompts[f"sim/r{run}p{p}"] = samples
             h0 += llr0
             h1 += llr1
-        outcomes.append(one_run(prompts, args.looks, args.alpha))
+        outcomes.append(one_run(prompts, args.looks, args.alpha, args.allocate))
     wall = time.perf_counter() - started
     n = len(outcomes)
     labels = Counter(o.label.value for o in outcomes)

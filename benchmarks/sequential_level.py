@@ -104,18 +104,18 @@ def _path(
         tokens=tuple(tokens),
         pits={"chain_pit": tuple((a, b, c) for a, b, c in evidence.pits)},
         sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
-        scores={"chain_score": tuple((s, f) for s, f in evidence.scores)},
+        scores={"chain_score": tuple(tuple(score) for score in evidence.scores)},
     )
     return SimPath(sample, llr)
 
 
 def simulate(
-    run: int, budget: int, tokens_n: int, fault: str, strength: float
+    run: int, budget: int, tokens_n: int, fault: str, strength: float, scale: float = 2.5
 ) -> tuple[list[Sample], list[float], list[float]]:
     """A run's samples, and the likelihood ratios of the correct (baseline) and the faulty
-    (speculative) path's tokens."""
+    (speculative) path's tokens; the logits N(0, ``scale``) (larger: more peaked rows)."""
     rng = np.random.default_rng([run, 20261202])
-    logits = rng.normal(0.0, 2.5, size=(VOCAB, VOCAB)).astype(np.float32)
+    logits = rng.normal(0.0, scale, size=(VOCAB, VOCAB)).astype(np.float32)
     samples, h0, h1 = [], [], []
     for seed in range(1, budget + 1):
         base = _path(rng, logits, tokens_n, fault, strength, draw_faulty=False)

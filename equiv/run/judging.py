@@ -25,7 +25,7 @@ from equiv.verdicts.sampling.run_verdict import (
 )
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import classify_sampling, needs_batched_evidence
-from equiv.verdicts.stats.sequential import STOPPING_LABELS, Look, Stopping, schedule
+from equiv.verdicts.stats.sequential import STOPPING_LABELS, Look, Stopping, run_schedule
 
 if TYPE_CHECKING:
     from equiv.run.runner import Runner
@@ -50,10 +50,13 @@ class SamplingJudge:
     prompt at ``prompt_alpha`` (times a look's share), the run pooled at the pooled share of
     the run's level where ``pool``."""
 
-    def __init__(self, runner: Runner, *, prompt_alpha: float, pool: bool) -> None:
+    def __init__(self, runner: Runner, *, prompt_alpha: float, pool: bool, prompts: int) -> None:
         self.runner = runner
         self.prompt_alpha = prompt_alpha
         self.pool = pool
+        config = runner.config
+        #: the run's looks (`run_schedule`: a pooled run may look first at fewer seeds)
+        self.looks = run_schedule(len(config.seeds), config.looks, prompts, pooled=pool)
 
     def recorded_run(self, runs: Sequence[RunRecord]) -> RunJudgement | None:
         """The run's answer where the file holds it already (a resumed run)."""
@@ -125,12 +128,14 @@ class SamplingJudge:
         looks)."""
         if self.runner.config.looks == 1:
             return 1.0
-        plan_ = schedule(len(self.runner.config.seeds), self.runner.config.looks)
-        return next(look.share for look in plan_ if look.seeds >= seeds)
+        return next(look.share for look in self.looks if look.seeds >= seeds)
 
-    def finish_prompt(self, record: AnalysisRecord, look: Look, *, by_run: bool) -> AnalysisRecord:
+    def finish_prompt(
+        self, record: AnalysisRecord, look: Look, *, by_run: bool, paused: bool = False
+    ) -> AnalysisRecord:
         """A sequential prompt's analysis with where it stopped, appended to the file;
-        ``by_run``: the run's pooled answer stopped it, not its own."""
+        ``by_run``: the run's pooled answer stopped it, not its own; ``paused``: the run gave
+        its seeds after ``look`` to more informative prompts (`equiv.run.looks`)."""
         verdict = record.judged
         stopping = Stopping(
             look=look.index,
@@ -139,8 +144,14 @@ class SamplingJudge:
             budget=len(self.runner.config.seeds),
             alpha=self.prompt_alpha * look.share,
             conclusive=verdict.label in STOPPING_LABELS,
+            paused=paused and verdict.label not in STOPPING_LABELS,
         )
         why = stopping.reason
+        if stopping.paused:
+            why = (
+                f"{why}: the run gave its later seeds to the prompts whose positions carry more "
+                "of the pooled tests' information"
+            )
         if by_run:
             why = f"{why}; the run stopped here: its pooled answer is conclusive"
         record = dataclasses.replace(

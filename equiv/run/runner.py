@@ -178,13 +178,14 @@ class Runner:
         n_prompts = family_size or len({item.prompt.key for item in items})
         sampling = self.config.mode is Mode.SAMPLING
         prompt_alpha = self.config.alpha * (1 - POOLED_SHARE) / max(n_prompts, 1)
-        self.judge = SamplingJudge(self, prompt_alpha=prompt_alpha, pool=pool and sampling)
+        self.judge = SamplingJudge(
+            self, prompt_alpha=prompt_alpha, pool=pool and sampling, prompts=n_prompts
+        )
         analyses: list[AnalysisRecord] = []
         if sampling and self.config.looks > 1:
             results, analyses = run_in_looks(
                 items,
                 left,
-                config=self.config,
                 results=self.results,
                 judge=self.judge,
                 run_batch=lambda step: self._run_todo(step, prompt_tokens, on_result),

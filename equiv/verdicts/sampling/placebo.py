@@ -43,6 +43,7 @@ __all__ = [
     "quasi_tempering",
     "temperature_vs_placebo",
     "tempering",
+    "tempering_information",
     "top_excess",
     "top_token_vs_placebo",
 ]
@@ -99,6 +100,33 @@ def tempering(
     return (*cluster_ratio(w * z, w * w, samples), float(np.dot(w, w)))
 
 
+def _weights(
+    k: npt.ArrayLike, p_top: npt.ArrayLike, t: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Each position's weights ``(a, b)`` of `quasi_tempering`'s two residuals, its information
+    ``J`` about λ and ``p_top``, from the row alone (no token needed)."""
+    w = np.minimum(np.asarray(k, dtype=np.float64).reshape(-1), 0.0)
+    p = np.clip(np.asarray(p_top, dtype=np.float64).reshape(-1), 0.0, 1.0)
+    d = np.maximum(np.asarray(t, dtype=np.float64).reshape(-1), 0.0)
+    if not w.shape == p.shape == d.shape:
+        raise ValueError(f"shapes differ: k {w.shape}, p_top {p.shape}, t {d.shape}")
+    v_top = p * (1.0 - p)
+    cov = -sps.norm.pdf(sps.norm.ppf(np.clip(p, 1e-16, 1.0 - 1e-16)))
+    det = v_top - cov * cov
+    both = det > 1e-9
+    safe = np.where(both, det, 1.0)
+    a = np.where(both, (d - cov * w) / safe, 0.0)
+    b = np.where(both, (v_top * w - cov * d) / safe, w)
+    return a, b, a * d + b * w, p
+
+
+def tempering_information(k: npt.ArrayLike, p_top: npt.ArrayLike, t: npt.ArrayLike) -> FloatArray:
+    """Each position's information ``J`` about λ in `quasi_tempering` (what the position adds
+    to ``Σ J``, the inverse of the estimate's variance under the rows): a function of the row
+    the token was drawn from, not of the token. Near 0 where the top token is near certain."""
+    return _weights(k, p_top, t)[2]
+
+
 def quasi_tempering(
     u: npt.ArrayLike,
     k: npt.ArrayLike,
@@ -113,8 +141,8 @@ def quasi_tempering(
     alone (``Var = p_top (1 - p_top)``, ``1`` and ``Cov = -φ(Φ⁻¹(p_top))``: the top token holds
     the PIT's first ``p_top``), so each position combines them with the weights ``Σ⁻¹ (t, k)``
     (the optimal linear estimating function, Godambe's), and ``λ - 1 = Σ h / Σ J`` with
-    ``J = (t, k) Σ⁻¹ (t, k)``, samples as clusters. Where the top token is (near) certain only
-    the normal score is left.
+    ``J = (t, k) Σ⁻¹ (t, k)`` (`tempering_information`), samples as clusters. Where the top
+    token is (near) certain only the normal score is left.
 
     The variance is the larger of the sandwich and ``1 / Σ J``, the estimate's variance under
     the rows themselves: at a low temperature most of the information sits in rare tokens
@@ -122,22 +150,12 @@ def quasi_tempering(
     (its interval then misses the truth several times as often as its level allows,
     benchmarks/bound_coverage.py)."""
     x = np.asarray(u, dtype=np.float64).reshape(-1)
-    w = np.minimum(np.asarray(k, dtype=np.float64).reshape(-1), 0.0)
-    p = np.clip(np.asarray(p_top, dtype=np.float64).reshape(-1), 0.0, 1.0)
-    d = np.maximum(np.asarray(t, dtype=np.float64).reshape(-1), 0.0)
-    if not x.shape == w.shape == p.shape == d.shape:
-        raise ValueError(f"shapes differ: u {x.shape}, k {w.shape}, p_top {p.shape}, t {d.shape}")
+    a, b, info, p = _weights(k, p_top, t)
+    if x.shape != info.shape:
+        raise ValueError(f"shapes differ: u {x.shape}, rows {info.shape}")
     z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
     top = (x < p).astype(np.float64)
-    v_top = p * (1.0 - p)
-    cov = -sps.norm.pdf(sps.norm.ppf(np.clip(p, 1e-16, 1.0 - 1e-16)))
-    det = v_top - cov * cov
-    both = det > 1e-9
-    safe = np.where(both, det, 1.0)
-    a = np.where(both, (d - cov * w) / safe, 0.0)
-    b = np.where(both, (v_top * w - cov * d) / safe, w)
     h = a * (top - p) + b * z
-    info = a * d + b * w
     theta, var, m = cluster_ratio(h, info, samples)
     total = float(info.sum())
     floor = 1.0 / total if total > 0 else math.inf

@@ -17,22 +17,37 @@ and the last look's verdict stands. Running on after a rejection keeps the level
 bound covers every look, judged or not.
 
 The rounds double: with a budget of 600 seeds and 4 looks, the looks come at 75, 150, 300 and
-600 seeds. A look never has fewer than `MIN_SEEDS` seeds (a smaller budget has fewer looks).
+600 seeds. A look never has fewer than `MIN_SEEDS` seeds (a smaller budget has fewer looks),
+except in a run pooled over several prompts (`run_schedule`): its first looks may come at fewer
+seeds a prompt, as long as the pooled look has `MIN_POOLED` samples; only the run is judged
+there, each prompt on its own from its first look with `MIN_SEEDS` seeds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 from equiv.errors import ConfigError
 from equiv.json_types import JSONDict, JSONObject
-from equiv.records.codec import decode, encode
+from equiv.records.codec import OMIT, decode, encode
 from equiv.records.verdict import Label
 
-__all__ = ["MIN_SEEDS", "STOPPING_LABELS", "Look", "Stopping", "schedule", "stops"]
+__all__ = [
+    "MIN_POOLED",
+    "MIN_SEEDS",
+    "STOPPING_LABELS",
+    "Look",
+    "Stopping",
+    "run_schedule",
+    "schedule",
+    "stops",
+]
 
-#: The fewest seeds a look judges: below this no test of ours has useful power.
+#: The fewest seeds a look judges a prompt on: below this no test of ours has useful power.
 MIN_SEEDS = 8
+#: The fewest samples, over all its prompts, that a pooled run's first look judges the run on.
+MIN_POOLED = 32
 
 
 @dataclass(frozen=True)
@@ -59,8 +74,9 @@ def stops(label: Label, look: Look) -> bool:
     return look.last or label in STOPPING_LABELS
 
 
-def schedule(budget: int, looks: int) -> tuple[Look, ...]:
-    """The looks of a prompt given ``budget`` seeds at most and ``looks`` looks at most."""
+def schedule(budget: int, looks: int, *, least: int = MIN_SEEDS) -> tuple[Look, ...]:
+    """The looks of a prompt given ``budget`` seeds at most and ``looks`` looks at most, none
+    with fewer than ``least`` seeds but the budget itself."""
     if budget < 1:
         raise ConfigError(f"seeds={budget} must be >= 1")
     if looks < 1:
@@ -68,7 +84,7 @@ def schedule(budget: int, looks: int) -> tuple[Look, ...]:
     sizes: list[int] = []
     for k in range(looks, 0, -1):  # from the last look back, halving
         n = -(-budget // 2 ** (k - 1))
-        if (n >= MIN_SEEDS or n == budget) and (not sizes or n > sizes[-1]):
+        if (n >= least or n == budget) and (not sizes or n > sizes[-1]):
             sizes.append(n)
     if len(sizes) == 1:
         return (Look(1, 1, budget, 1.0),)
@@ -79,13 +95,25 @@ def schedule(budget: int, looks: int) -> tuple[Look, ...]:
     )
 
 
+def run_schedule(budget: int, looks: int, prompts: int, *, pooled: bool) -> tuple[Look, ...]:
+    """The looks of a sampling run of ``prompts`` prompts: a prompt's (`schedule`), except that
+    a run pooled over several prompts may look first at as few as 2 seeds a prompt, where that
+    gives the pooled look `MIN_POOLED` samples (24 prompts: from 2 seeds; 4 prompts: from 8).
+    A prompt is judged on its own only at looks with `MIN_SEEDS` seeds (and the last)."""
+    least = MIN_SEEDS
+    if pooled and prompts > 1:
+        least = max(2, min(MIN_SEEDS, math.ceil(MIN_POOLED / prompts)))
+    return schedule(budget, looks, least=least)
+
+
 @dataclass(frozen=True)
 class Stopping:
     """Why a sequential prompt stopped where it did, as its analysis records it.
 
     look / looks: the look that decided and how many were planned; seeds / budget: the seeds
     judged and the most allowed; alpha: the level of the deciding look; conclusive: whether it
-    stopped on a verdict of `STOPPING_LABELS` (else the budget was spent)."""
+    stopped on a verdict of `STOPPING_LABELS` (else the budget was spent); paused: the run
+    gave its seeds after this look to more informative prompts (`equiv.run.looks`)."""
 
     look: int
     looks: int
@@ -93,10 +121,11 @@ class Stopping:
     budget: int
     alpha: float
     conclusive: bool
+    paused: bool = field(default=False, metadata={OMIT: False})
 
     @property
     def reason(self) -> str:
-        why = "conclusive" if self.conclusive else "budget spent"
+        why = "conclusive" if self.conclusive else "paused" if self.paused else "budget spent"
         return (
             f"stopped at look {self.look} of {self.looks} after {self.seeds} of {self.budget} "
             f"seeds ({why}; this look tests at alpha {self.alpha:.3g})"
