@@ -22,7 +22,7 @@ from equiv.cli.run import EXIT_INTERRUPTED, cmd_run, warn_unreadable
 from equiv.errors import DiskFullError, EquivError, ResultsError
 from equiv.options.table import add_arguments, shared
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 # What ``add_subparsers`` returns (a private class of argparse, public in its stubs).
 _Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -40,7 +40,8 @@ def _sub(
     )
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """equiv's whole command line, every subcommand (what `main` parses; nothing is run)."""
     parser = argparse.ArgumentParser(
         prog="equiv",
         description="Prove or disprove that speculative decoding leaves an LLM's output "
@@ -299,7 +300,7 @@ def _cmd_minimize(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = _parser()  # gathers the engines' options: a package's may fail to load
+        parser = build_parser()  # gathers the engines' options: a package's may fail to load
     except EquivError as exc:
         print(f"equiv: error: {exc}", file=sys.stderr)
         return exc.exit_code

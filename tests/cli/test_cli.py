@@ -109,9 +109,9 @@ def test_equiv_run_end_to_end(tmp_path):
 
 # -- help, -q/-v, --json (the fake engine of the plugin tests: no model) -------------------------
 def _subcommands():
-    from equiv.cli.main import _parser
+    from equiv.cli.main import build_parser
 
-    parser = _parser()
+    parser = build_parser()
     action = next(a for a in parser._actions if a.dest == "command")
     return action.choices, action._choices_actions
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from equiv.cli.main import _parser, main
+from equiv.cli.main import build_parser, main
 from equiv.engines.server.options import OPTIONS as SERVER_OPTIONS
 from equiv.errors import ConfigError
 from equiv.options.build import engine_options
@@ -96,7 +96,7 @@ def test_the_old_name_run_options_still_imports():
 def test_an_entry_point_engine_brings_its_options_to_equiv_run(declare):
     declare("widget", WIDGET_OPTIONS)
     assert run_options()[-2:] == WIDGET_OPTIONS
-    values = vars(_parser().parse_args(["run", "--engine", "widget", "--widget-host", "h:1"]))
+    values = vars(build_parser().parse_args(["run", "--engine", "widget", "--widget-host", "h:1"]))
     assert values["widget_host"] == "h:1"
     merged = merge_toml(values)
     assert merged["widget_depth"] == 2

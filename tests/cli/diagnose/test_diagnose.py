@@ -199,12 +199,12 @@ def test_the_mapping_prints_as_a_runnable_equiv_run(capsys, tmp_path) -> None:
     import shlex
 
     from equiv.cli.diagnose.mapping import run_command
-    from equiv.cli.main import _parser
+    from equiv.cli.main import build_parser
 
     values = {"temp": 0.2, "n_ctx": 4096, "flash_attn": True, "prompt": ["code/*", "chat/*"]}
     values["spec"] = ["n_ctx=1024"]
     argv = run_command(values, mode="sampling", out=tmp_path)
-    parsed = vars(_parser().parse_args(shlex.split(shlex.join(argv))))  # copy, paste, parse
+    parsed = vars(build_parser().parse_args(shlex.split(shlex.join(argv))))  # copy, paste, parse
     assert parsed["mode"] == "sampling"
     assert parsed["n_ctx"] == 4096
     assert parsed["flash_attn"] is True
@@ -310,10 +310,10 @@ def test_diagnose_takes_the_run_options_from_the_one_table() -> None:
     """One declaration: diagnose's --prompt, --max-tokens, --seeds and --looks are the option
     table's (its help and converter), with diagnose's own defaults; no llama.cpp alias before
     the ``--``."""
-    from equiv.cli.main import _parser
+    from equiv.cli.main import build_parser
     from equiv.options.table import CORE_OPTIONS
 
-    parser = _parser()
+    parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     diagnose = {a.dest: a for a in sub.choices["diagnose"]._actions}
     table = {opt.dest: opt for opt in CORE_OPTIONS}
@@ -329,7 +329,7 @@ def test_the_users_speculative_type_is_what_their_server_runs(tmp_path) -> None:
     import shlex
 
     from equiv.cli.diagnose.mapping import map_to_run, run_command
-    from equiv.cli.main import _parser
+    from equiv.cli.main import build_parser
 
     binary = tmp_path / "llama-server"
     binary.write_text("")
@@ -341,7 +341,7 @@ def test_the_users_speculative_type_is_what_their_server_runs(tmp_path) -> None:
     assert values["server_spec_type"] == "ngram-mod"
     assert values["server_draft_args"] == "--spec-ngram-mod-n-match 8"
     argv = run_command(values, mode="temp0", out=tmp_path)
-    assert vars(_parser().parse_args(shlex.split(shlex.join(argv))))["server_spec_type"] == (
+    assert vars(build_parser().parse_args(shlex.split(shlex.join(argv))))["server_spec_type"] == (
         "ngram-mod"
     )
     draft_alone = map_to_run(parse_command(f"{server} -m t.gguf -md d.gguf"))
