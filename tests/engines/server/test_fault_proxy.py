@@ -29,6 +29,7 @@ from equiv.records import ResultsFile
 from equiv.records.verdict import Label, verdict_of
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
+from equiv.verdicts.verdict_evidence import Temp0Evidence
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -78,8 +79,11 @@ def test_a_relaxed_acceptance_at_temp0_is_a_sampler_bug_over_http(model_pair, se
     ), "a swapped token was not labelled sampler-bug"
     assert bugs, "no swapped prompt was labelled sampler-bug"
     for record in bugs:
-        ev = verdict_of(record).evidence
-        assert ev["gap_single"] > ev["drift_bound"]["bound"]
+        rescored = Temp0Evidence.from_dict(verdict_of(record).evidence).rescored
+        assert rescored is not None
+        assert rescored.drift_bound is not None
+        assert rescored.gap_single is not None
+        assert rescored.gap_single > rescored.drift_bound.bound
 
 
 def test_a_speculative_server_that_fails_mid_run_is_a_finding_and_keeps_what_finished(

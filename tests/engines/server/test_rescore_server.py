@@ -29,6 +29,7 @@ from equiv.models.gguf import read_token_texts
 from equiv.records.verdict import Label
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
+from equiv.verdicts.verdict_evidence import Temp0Evidence
 
 pytestmark = [pytest.mark.model, pytest.mark.server]
 
@@ -199,10 +200,12 @@ def test_temp0_against_llama_server_labels_every_divergence(config, tmp_path):
         verdict = record.verdict
         assert verdict is not None
         assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
-        ev = verdict.evidence
-        assert ev["drift_bound"]["positions"] >= 8
-        assert ev["target_rows"]["single_token"]
-        assert ev["target_rows"]["batched"]
+        rescored = Temp0Evidence.from_dict(verdict.evidence).rescored
+        assert rescored is not None
+        assert rescored.drift_bound is not None
+        assert rescored.drift_bound.positions >= 8
+        assert rescored.target_rows["single_token"]
+        assert rescored.target_rows["batched"]
         cost = RescoreCost.from_dict(json_object(record.extra["rescore_cost"]))
-        assert cost.requests >= ev["drift_bound"]["positions"]
+        assert cost.requests >= rescored.drift_bound.positions
         print(record.key, verdict.reason, cost)

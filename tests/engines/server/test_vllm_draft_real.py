@@ -14,6 +14,7 @@ import pytest
 from vllm_server import TEMP0_ARGS, check_temp0, draft_model_config, equiv_starts_vllm
 
 from equiv.records import ResultsFile
+from equiv.verdicts.verdict_evidence import Temp0Evidence
 
 pytestmark = [pytest.mark.model, pytest.mark.vllm]
 
@@ -24,7 +25,10 @@ def test_equiv_starts_vllm_with_a_draft_model_and_labels_each_divergence(tmp_pat
     records = check_temp0(proc, out)
     for record in records:
         if not record.comparison.identical:  # judged on the target's re-scored rows
-            assert "gap_single" in record.verdict.evidence, record.verdict.reason
+            rescored = Temp0Evidence.from_dict(record.verdict.evidence).rescored
+            assert rescored is not None, record.verdict.reason
+            single = (rescored.gap_single, rescored.gap_single_at_least)
+            assert single != (None, None), record.verdict.reason  # the single-token gap
     drafted = sum(s.drafted for r in records for s in r.speculative.draft_steps)
     accepted = sum(s.accepted for r in records for s in r.speculative.draft_steps)
     assert drafted > 0, "the draft model drafts on every request"

@@ -23,6 +23,7 @@ from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.token_evidence import chain_pit, chain_sensitivity
 from equiv.verdicts.sampling.verdict import MIN_POWER, classify_sampling, needs_batched_evidence
+from equiv.verdicts.verdict_evidence import PowerEvidence, SamplingEvidence
 
 COOL = SamplingConfig(temp=0.2, top_k=40, top_p=0.95, min_p=0.05)
 ALPHA = 0.01
@@ -95,14 +96,18 @@ def test_drift_that_the_batched_rows_explain_is_numeric_drift():
     assert needs_batched_evidence(analysis)
     assert verdict.label is Label.NUMERIC_DRIFT, verdict.reason
     assert "re-scored batched" in verdict.reason
-    assert verdict.evidence["batched"]["rejected"] == []
+    batched = SamplingEvidence.from_dict(verdict.evidence).batched
+    assert batched is not None
+    assert batched.rejected == ()
 
 
 def test_a_greedy_sampler_is_a_sampler_bug_against_batched_rows_too():
     _, verdict = _verdict(_records(np.random.default_rng(4), greedy=0.3, seeds=150))
     assert verdict.label is Label.SAMPLER_BUG, verdict.reason
     assert "numeric drift does not explain it" in verdict.reason
-    assert verdict.evidence["batched"]["rejected"]
+    batched = SamplingEvidence.from_dict(verdict.evidence).batched
+    assert batched is not None
+    assert batched.rejected
 
 
 def test_a_greedy_sampler_is_found_through_an_imperfect_instrument():
@@ -125,7 +130,9 @@ def test_without_batched_evidence_a_rejection_is_inconclusive_and_says_why():
 def test_no_drift_and_a_correct_sampler_is_no_rejection(seed):
     analysis, verdict = _verdict(_records(np.random.default_rng(seed), drift=0.0))
     # no rejection: equivalent exactly where the comparison had its power, else inconclusive
-    powered = verdict.evidence["power"] >= MIN_POWER
+    power = PowerEvidence.of(verdict.evidence)
+    assert power is not None  # no test rejected: the rule reached the power
+    powered = power.power >= MIN_POWER
     assert verdict.label is (Label.EQUIVALENT if powered else Label.INCONCLUSIVE), verdict.reason
     assert not [t for t in analysis.tests if t.p_adjusted < ALPHA]
     assert not needs_batched_evidence(analysis)
@@ -145,4 +152,6 @@ def test_an_instrument_that_is_off_alone_is_never_a_sampler_bug(seed):
     assert alone_rejects
     assert not [t for t in analysis.tests if t.p_adjusted < ALPHA]
     assert verdict.label is not Label.SAMPLER_BUG, verdict.reason
-    assert "the instrument here is off" in verdict.evidence["limit"]
+    limit = SamplingEvidence.from_dict(verdict.evidence).limit
+    assert limit is not None
+    assert "the instrument here is off" in limit
