@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from equiv.config import Mode
 from equiv.errors import EngineError
 from equiv.records import RUN_KEY, AnalysisRecord, ResultRecord, RunRecord, analysis_key
 from equiv.records.verdict import Label
@@ -55,8 +56,12 @@ class SamplingJudge:
         self.prompt_alpha = prompt_alpha
         self.pool = pool
         config = runner.config
-        #: the run's looks (`run_schedule`: a pooled run may look first at fewer seeds)
-        self.looks = run_schedule(len(config.seeds), config.looks, prompts, pooled=pool)
+        #: a sampling run's looks (`run_schedule`: a pooled run may look first at fewer seeds);
+        #: none at temperature 0 (no seeds)
+        sampling = config.mode is Mode.SAMPLING
+        self.looks = (
+            run_schedule(len(config.seeds), config.looks, prompts, pooled=pool) if sampling else ()
+        )
 
     def recorded_run(self, runs: Sequence[RunRecord]) -> RunJudgement | None:
         """The run's answer where the file holds it already (a resumed run)."""
