@@ -1,14 +1,15 @@
 """Where a sequential run spends its next seeds: on the prompts whose positions carry the pooled
 tests' information, not on those where the target is all but certain of every token.
 
-At a low temperature most positions of most prompts have a top token of probability near 1:
-there the correct and any faulty sampler emit the same token, and a seed spent there tells
+At a low temperature most positions of many prompts have a top token of probability near 1:
+there the correct and any faulty sampler emit the same token, and a token spent there tells
 nothing about the sampler. The pooled temperature statistic (`equiv.verdicts.sampling.placebo.
 quasi_tempering`) has, at every position, an information ``J`` that is a function of the row
-alone (`tempering_information`): its sum over a prompt's placebo samples, per seed, says how
-much one more seed of that prompt tells. After each look the next round goes to the fewest
-prompts that together carry `KEEP` of the run's information per seed (at least `MIN_SHARE` of
-the prompts); the others keep the seeds they have.
+alone (`tempering_information`). A token costs about the same time on any prompt, so a prompt's
+``J`` per token over its placebo samples (`information_per_token`) says how much a second of
+sampling it tells. After each look the next round goes to the prompts that tell at least the
+run's mean per token, and to no fewer than `MIN_SHARE` of the prompts (the best); the others
+keep the seeds they have.
 
 The choice reads only the placebo's (the baseline's) samples already in the file, and only their
 rows, never a residual: each new seed is a fresh draw whose residuals have mean 0 given
@@ -28,19 +29,17 @@ from equiv.verdicts.sampling.pit_tests import tokens_of, top_derivatives
 from equiv.verdicts.sampling.placebo import tempering_information
 from equiv.verdicts.sampling.samples import Sample
 
-__all__ = ["KEEP", "MIN_SHARE", "information_per_seed", "informative"]
+__all__ = ["MIN_SHARE", "information", "information_per_token", "informative"]
 
-#: The share of the run's information per seed that the next round keeps.
-KEEP = 0.9
 #: The least share of the prompts the next round keeps (breadth: a fault that shows on few
 #: prompts must still be sampled).
 MIN_SHARE = 0.25
 
 
-def information_per_seed(samples: Sequence[Sample], key: str) -> float | None:
-    """The temperature statistic's information (`tempering_information`) over the placebo's
-    samples of one prompt, per sample; None where the records lack the rows' derivatives
-    (written before equiv recorded them, or not re-scored)."""
+def information(samples: Sequence[Sample], key: str) -> tuple[float, int] | None:
+    """The temperature statistic's information (`tempering_information`) summed over the
+    placebo's samples of one prompt, and their tokens; None where the records lack the rows'
+    derivatives (written before equiv recorded them, or not re-scored)."""
     if not samples:
         return None
     pits, _, sens = tokens_of(samples, "baseline", key)
@@ -48,25 +47,32 @@ def information_per_seed(samples: Sequence[Sample], key: str) -> float | None:
     if sens is None or tops is None or len(sens) != len(pits):
         return None
     info = tempering_information(sens, pits[:, 2], tops) if len(pits) else np.zeros(0)
-    return float(info.sum()) / len(samples)
+    return float(info.sum()), len(pits)
+
+
+def information_per_token(samples: Sequence[Sample], key: str) -> float | None:
+    """`information` per placebo token (0 where the samples are empty); None where unknown."""
+    found = information(samples, key)
+    if found is None:
+        return None
+    total, tokens = found
+    return total / tokens if tokens else 0.0
 
 
 def informative(by_prompt: Mapping[str, Sequence[Sample]], *, has_logits: bool) -> frozenset[str]:
-    """The prompts of ``by_prompt`` (key -> the samples it has) that get the next round: the
-    fewest, by information per seed, that carry `KEEP` of the total, and no fewer than
-    `MIN_SHARE` of them; every prompt where any lacks the information (nothing to choose by)."""
+    """The prompts of ``by_prompt`` (key -> the samples it has) that get the next round: those
+    whose information per token is at least the run's (all prompts' information over all their
+    tokens), and no fewer than `MIN_SHARE` of them, the best first; every prompt where any lacks
+    the information or none has any (nothing to choose by)."""
     key = "chain_pit" if has_logits else "target_pit"
-    rates = {prompt: information_per_seed(s, key) for prompt, s in by_prompt.items()}
-    known = {prompt: r for prompt, r in rates.items() if r is not None}
-    total = sum(known.values())
-    if len(known) < len(rates) or total <= 0:
+    found = {prompt: information(s, key) for prompt, s in by_prompt.items()}
+    known = {prompt: f for prompt, f in found.items() if f is not None}
+    total = sum(f[0] for f in known.values())
+    tokens = sum(f[1] for f in known.values())
+    if len(known) < len(found) or total <= 0 or tokens == 0:
         return frozenset(by_prompt)
-    least = math.ceil(MIN_SHARE * len(known))
-    chosen: list[str] = []
-    carried = 0.0
-    for prompt, rate in sorted(known.items(), key=lambda kv: (-kv[1], kv[0])):
-        if carried >= KEEP * total and len(chosen) >= least:
-            break
-        chosen.append(prompt)
-        carried += rate
-    return frozenset(chosen)
+    rate = {prompt: i / n if n else 0.0 for prompt, (i, n) in known.items()}
+    ranked = sorted(rate, key=lambda prompt: (-rate[prompt], prompt))
+    least = math.ceil(MIN_SHARE * len(ranked))
+    mean = total / tokens
+    return frozenset(p for i, p in enumerate(ranked) if i < least or rate[p] >= mean)

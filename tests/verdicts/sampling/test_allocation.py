@@ -13,9 +13,9 @@ import pytest
 from equiv.config import SamplingConfig
 from equiv.engines.chain import chain_distribution
 from equiv.verdicts.sampling.allocation import (
-    KEEP,
     MIN_SHARE,
-    information_per_seed,
+    information,
+    information_per_token,
     informative,
 )
 from equiv.verdicts.sampling.samples import PathSample, Sample
@@ -63,17 +63,20 @@ def mixed():
     return dict(_prompt(i, certain=i >= 2) for i in range(8))
 
 
-def test_information_per_seed_is_near_zero_where_the_top_token_is_certain(mixed):
-    rates = {key: information_per_seed(s, "chain_pit") for key, s in mixed.items()}
-    assert min(rates["sim/p0"], rates["sim/p1"]) > 1.0
+def test_information_per_token_is_near_zero_where_the_top_token_is_certain(mixed):
+    rates = {key: information_per_token(s, "chain_pit") for key, s in mixed.items()}
+    assert min(rates["sim/p0"], rates["sim/p1"]) > 0.05
     for key in list(mixed)[2:]:
         assert rates[key] < 1e-3 * rates["sim/p0"], rates
+    total, tokens = information(mixed["sim/p0"], "chain_pit")
+    assert tokens == 4 * 24  # the placebo's tokens: 4 seeds x 24
+    assert total / tokens == rates["sim/p0"]
 
 
 def test_the_next_round_goes_to_the_prompts_that_carry_the_information(mixed):
     chosen = informative(mixed, has_logits=True)
-    # the two informative prompts carry far more than KEEP of it; a quarter of 8 is 2
-    assert KEEP < 1
+    # the two informative prompts tell far more per token than the run's mean; a quarter of 8
+    # is 2
     assert MIN_SHARE * len(mixed) == 2
     assert chosen == {"sim/p0", "sim/p1"}
 
@@ -85,9 +88,15 @@ def test_at_least_a_share_of_the_prompts_keeps_sampling():
     assert len(chosen) == 2  # MIN_SHARE of 8, though one prompt carries nearly all
 
 
-def test_alike_prompts_all_keep_sampling():
-    alike = dict(_prompt(i, certain=False) for i in range(4))
-    assert len(informative(alike, has_logits=True)) >= 3
+def test_the_chosen_tell_at_least_the_runs_mean_per_token_and_the_others_less():
+    alike = dict(_prompt(i, certain=False) for i in range(8))
+    chosen = informative(alike, has_logits=True)
+    found = [information(s, "chain_pit") for s in alike.values()]
+    mean = sum(i for i, _ in found) / sum(n for _, n in found)
+    rates = {key: information_per_token(s, "chain_pit") for key, s in alike.items()}
+    assert 2 <= len(chosen) < 8
+    assert all(rates[key] >= mean for key in chosen)
+    assert all(rates[key] < mean for key in set(alike) - chosen)
 
 
 def test_the_choice_reads_the_placebo_alone(mixed):
@@ -112,6 +121,6 @@ def test_every_prompt_keeps_sampling_where_the_rows_derivatives_are_missing(mixe
         dataclasses.replace(s, baseline=dataclasses.replace(s.baseline, sensitivities={}))
         for s in mixed["sim/p5"]
     ]
-    assert information_per_seed(old["sim/p5"], "chain_pit") is None
+    assert information_per_token(old["sim/p5"], "chain_pit") is None
     assert informative(old, has_logits=True) == set(mixed)
     assert informative(mixed, has_logits=False) == set(mixed)  # no target_pit re-scored
