@@ -9,37 +9,23 @@ import dataclasses
 
 import numpy as np
 import pytest
+from simulated_chain import sample_path
 
 from equiv.config import SamplingConfig
-from equiv.engines.chain import chain_distribution
 from equiv.verdicts.sampling.allocation import (
     MIN_SHARE,
     information,
     information_per_token,
     informative,
 )
-from equiv.verdicts.sampling.samples import PathSample, Sample
-from equiv.verdicts.sampling.token_evidence import chain_evidence
+from equiv.verdicts.sampling.samples import Sample
 
 SAMPLING = SamplingConfig(temp=0.8, top_k=0, top_p=1.0, min_p=0.0)
 VOCAB = 16
 
 
 def _path(rng, logits, n=24):
-    tokens, rows, prev = [], [], 0
-    for _ in range(n):
-        ids, probs = chain_distribution(logits[prev], tokens, SAMPLING)
-        token = int(ids[rng.choice(ids.size, p=probs)])
-        tokens.append(token)
-        rows.append(logits[prev])
-        prev = token
-    evidence = chain_evidence(np.asarray(rows), tokens, SAMPLING)
-    return PathSample(
-        tokens=tuple(tokens),
-        pits={"chain_pit": tuple(map(tuple, evidence.pits))},
-        sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
-        scores={"chain_score": tuple(map(tuple, evidence.scores))},
-    )
+    return sample_path(rng, logits, n, SAMPLING)
 
 
 def _prompt(index, certain, seeds=4):

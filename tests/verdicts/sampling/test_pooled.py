@@ -13,9 +13,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from simulated_chain import sample_path
 
 from equiv.config import SamplingConfig
-from equiv.engines.chain import chain_distribution
 from equiv.records import RUN_KEY, RunRecord, parse_record
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import ScoredTest
@@ -34,39 +34,14 @@ from equiv.verdicts.sampling.run_verdict import (
     judge_run,
 )
 from equiv.verdicts.sampling.samples import PathSample, Sample
-from equiv.verdicts.sampling.token_evidence import chain_evidence
 
 SAMPLING = SamplingConfig(temp=0.8)
 VOCAB = 32
 ALPHA = 0.005
 
 
-def _faulty(probs, fault):
-    if fault == "wrong_temp":  # about 18 % colder
-        tempered = np.power(probs, 1 / 0.85)
-        return tempered / tempered.sum()
-    if fault == "greedy":  # the top token 10 % of the time on top of the chain
-        mixed = 0.9 * probs
-        mixed[np.argmax(probs)] += 0.1
-        return mixed
-    return probs
-
-
 def _path(rng, logits, n, fault, sampling=SAMPLING):
-    tokens, rows, prev = [], [], 0
-    for _ in range(n):
-        ids, probs = chain_distribution(logits[prev], tokens, sampling)
-        token = int(ids[rng.choice(ids.size, p=_faulty(probs, fault))])
-        tokens.append(token)
-        rows.append(logits[prev])
-        prev = token
-    evidence = chain_evidence(np.asarray(rows), tokens, sampling)
-    return PathSample(
-        tokens=tuple(tokens),
-        pits={"chain_pit": tuple(map(tuple, evidence.pits))},
-        sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
-        scores={"chain_score": tuple(map(tuple, evidence.scores))},
-    )
+    return sample_path(rng, logits, n, sampling, fault)
 
 
 def simulate(

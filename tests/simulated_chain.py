@@ -1,0 +1,55 @@
+"""A simulated prompt's samples through equiv's real sampler chain, for the tests of the
+sampling statistics: a first-order chain over a small vocabulary (each token's row of
+``logits`` gives the next), sampled with a seeded numpy generator, with the evidence a run
+records in process (`chain_evidence`). A faulty path samples from the chain tempered colder
+(``wrong_temp``) or with extra mass on the top token (``greedy``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from equiv.config import SamplingConfig
+from equiv.engines.chain import chain_distribution
+from equiv.verdicts.sampling.samples import PathSample
+from equiv.verdicts.sampling.token_evidence import chain_evidence
+
+__all__ = ["faulty", "sample_path"]
+
+
+def faulty(probs: npt.NDArray[np.float64], fault: str) -> npt.NDArray[np.float64]:
+    """The distribution a faulty sampler draws from instead of ``probs``."""
+    if fault == "wrong_temp":  # about 18 % colder
+        tempered = np.power(probs, 1 / 0.85)
+        return tempered / tempered.sum()
+    if fault == "greedy":  # the top token 10 % of the time on top of the chain
+        mixed = 0.9 * probs
+        mixed[np.argmax(probs)] += 0.1
+        return mixed
+    return probs
+
+
+def sample_path(
+    rng: np.random.Generator,
+    logits: npt.NDArray[np.float32],
+    n: int,
+    sampling: SamplingConfig,
+    fault: str = "none",
+) -> PathSample:
+    """``n`` tokens from token 0 on, with their evidence."""
+    tokens: list[int] = []
+    rows = []
+    prev = 0
+    for _ in range(n):
+        ids, probs = chain_distribution(logits[prev], tokens, sampling)
+        token = int(ids[rng.choice(ids.size, p=faulty(probs, fault))])
+        tokens.append(token)
+        rows.append(logits[prev])
+        prev = token
+    evidence = chain_evidence(np.asarray(rows), tokens, sampling)
+    return PathSample(
+        tokens=tuple(tokens),
+        pits={"chain_pit": tuple(map(tuple, evidence.pits))},
+        sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
+        scores={"chain_score": tuple(map(tuple, evidence.scores))},
+    )
