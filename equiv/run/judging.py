@@ -131,8 +131,6 @@ class SamplingJudge:
     def _share(self, seeds: int) -> float:
         """The share of a level that the look judging ``seeds`` seeds tests at (1 without
         looks)."""
-        if self.runner.config.looks == 1:
-            return 1.0
         return next(look.share for look in self.looks if look.seeds >= seeds)
 
     def finish_prompt(

@@ -82,11 +82,13 @@ class _Looks:
         for key in chosen:
             self.given[key] = look
 
-    def judge_run(self, look: Look, judged: Mapping[str, AnalysisRecord]) -> None:
-        """The run's pooled answer at ``look``, written where it is conclusive or the last."""
+    def judge_run(
+        self, look: Look, judged: Mapping[str, AnalysisRecord], done: Mapping[str, ResultRecord]
+    ) -> None:
+        """The run's pooled answer at ``look`` over ``done`` (the file's results by key),
+        written where it is conclusive or the last."""
         if not self.judge.pool or self.decided is not None:
             return
-        done = {r.key: r for r in self.results.read().results}
         by_prompt = {key: self.seeds_of(key) or group for key, group in self.by_prompt.items()}
         labels = Counter(a.judged.label for a in self.results.read().analyses)
         labels.update(r.judged.label for r in judged.values())
@@ -96,14 +98,18 @@ class _Looks:
             self.results.append_run(run.record())
 
     def finish(
-        self, look: Look, chosen: Sequence[str], judged: Mapping[str, AnalysisRecord]
+        self,
+        look: Look,
+        chosen: Sequence[str],
+        judged: Mapping[str, AnalysisRecord],
+        done: Mapping[str, ResultRecord],
     ) -> bool:
         """Write the analyses of the prompts that stop at ``look``; True where the run ends
         here (its answer stopped it at this look, or the last look), every prompt not judged
-        at this look (paused, or the look too small) then judged on the seeds it has."""
+        at this look (paused, or the look too small) then judged on the seeds it has (its
+        results in ``done``)."""
         stopped = self.decided.stopping if self.decided is not None else None
         ends = look.last or (stopped is not None and stopped.look == look.index)
-        done = {r.key: r for r in self.results.read().results} if ends else {}
         for key in list(self.running):
             record = judged.get(key)
             paused = key not in chosen
@@ -112,7 +118,7 @@ class _Looks:
             if record is None or not (ends or stops(record.judged.label, look)):
                 continue
             by_run = ends and not stops(record.judged.label, look)
-            at = self.given[key] if paused else look
+            at = self.given[key]  # ``look`` itself where it was chosen
             self.analyses.append(self.judge.finish_prompt(record, at, by_run=by_run, paused=paused))
             self.running.remove(key)
         return ends
@@ -139,8 +145,8 @@ def run_in_looks(
     ``run_batch`` runs what ``left`` (narrowed to one round) has to do and returns its
     results."""
     state = _Looks(items, left, results, judge)
+    done = {r.key: r for r in results.read().results}
     for look in judge.looks:
-        done = {r.key: r for r in results.read().results}
         chosen = state.chosen(done)
         state.round(look, chosen, run_batch)
         done = {r.key: r for r in results.read().results}  # once per look
@@ -150,7 +156,7 @@ def run_in_looks(
             if look.seeds >= MIN_SEEDS or look.last
             if (record := judge.judge_prompt(state.seeds_of(key), done)) is not None
         }
-        state.judge_run(look, judged)
-        if state.finish(look, chosen, judged):
+        state.judge_run(look, judged, done)
+        if state.finish(look, chosen, judged, done):
             break
     return state.new, state.analyses

@@ -53,8 +53,10 @@ def information(samples: Sequence[Sample], key: str) -> tuple[float, int] | None
 def information_per_token(samples: Sequence[Sample], key: str) -> float | None:
     """`information` per placebo token (0 where the samples are empty); None where unknown."""
     found = information(samples, key)
-    if found is None:
-        return None
+    return None if found is None else _per_token(found)
+
+
+def _per_token(found: tuple[float, int]) -> float:
     total, tokens = found
     return total / tokens if tokens else 0.0
 
@@ -71,7 +73,7 @@ def informative(by_prompt: Mapping[str, Sequence[Sample]], *, has_logits: bool) 
     tokens = sum(f[1] for f in known.values())
     if len(known) < len(found) or total <= 0 or tokens == 0:
         return frozenset(by_prompt)
-    rate = {prompt: i / n if n else 0.0 for prompt, (i, n) in known.items()}
+    rate = {prompt: _per_token(f) for prompt, f in known.items()}
     ranked = sorted(rate, key=lambda prompt: (-rate[prompt], prompt))
     least = math.ceil(MIN_SHARE * len(ranked))
     mean = total / tokens
