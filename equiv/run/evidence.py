@@ -34,7 +34,7 @@ from equiv.records import PATHS, ArgmaxFlips, Drift, Generation
 from equiv.verdicts.sampling.analysis_record import BatchedEvidence
 from equiv.verdicts.sampling.fidelity import Fidelity, rescore_fidelity
 from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
-from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.samples import PathSample, Sample
 from equiv.verdicts.sampling.token_evidence import (
     PathEvidence,
     TokenEvidence,
@@ -226,16 +226,18 @@ class Evidence:
             evidence = BatchedEvidence(tests=tuple(batched_vs_placebo(scored, alpha=alpha)))
         return dataclasses.replace(evidence, rescore_cost=self.take_cost())
 
-    def batched_samples(self, prompt: Sequence[int], samples: Sequence[Sample]) -> list[Sample]:
-        """The samples with their speculative tokens re-scored batched (``batched_pit``,
-        ``batched_sensitivity``); `EngineError` where a request fails."""
-        sampling = self.config.sampling
-        scored: list[Sample] = []
-        for sample in samples:
-            tokens = list(sample.speculative.tokens)
-            rows = self.rescore(prompt, tokens, True) if tokens else None
-            none = TokenEvidence([], [], [])
-            evidence = none if rows is None else chain_evidence(rows, tokens, sampling)
-            spec = sample.speculative.scored("batched", evidence)
-            scored.append(dataclasses.replace(sample, speculative=spec))
-        return scored
+    def batched_samples(
+        self, prompt: Sequence[int], samples: Sequence[Sample], path: str = "speculative"
+    ) -> list[Sample]:
+        """The samples with ``path``'s tokens re-scored batched (``batched_pit``,
+        ``batched_sensitivity``, ``batched_score``); `EngineError` where a request fails."""
+        return [s.with_path(path, self.batched_path(prompt, s.path(path))) for s in samples]
+
+    def batched_path(self, prompt: Sequence[int], sample: PathSample) -> PathSample:
+        """One path's sample with its tokens re-scored batched; `EngineError` where a request
+        fails."""
+        tokens = list(sample.tokens)
+        rows = self.rescore(prompt, tokens, True) if tokens else None
+        none = TokenEvidence([], [], [])
+        evidence = none if rows is None else chain_evidence(rows, tokens, self.config.sampling)
+        return sample.scored("batched", evidence)

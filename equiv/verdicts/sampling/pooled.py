@@ -78,7 +78,7 @@ from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, randomized_pit
 from equiv.verdicts.stats.result import not_enough
 
-__all__ = ["Design", "PooledAnalysis", "pool", "support_vs_placebo"]
+__all__ = ["Design", "PooledAnalysis", "against_rows", "pool", "support_vs_placebo"]
 
 
 class Design(str, enum.Enum):
@@ -289,12 +289,14 @@ def _carriers(
     return tuple(sorted(smallest, key=lambda x: x[1])[:3])
 
 
-def _own_rows(records: Sequence[Sample], path: str, key: str, alpha: float) -> list[TestResult]:
-    """One path's samples against the rows it sampled from (one sample each: PIT uniformity,
-    top-token count, temperature), named ``pit:pooled`` and so on."""
+def against_rows(
+    records: Sequence[Sample], path: str, key: str, alpha: float, label: str = "pooled"
+) -> list[TestResult]:
+    """One path's samples against the rows under ``key`` (one sample each: PIT uniformity,
+    top-token count, temperature), named ``pit:<label>`` and so on."""
     seed = pit_seed(records) + 13 + (path == "speculative")  # each path its own draws
     u = pit_values(records, path, seed, key)
-    tests = consistency(records, path, key, alpha, 0.1, u, "pooled")
+    tests = consistency(records, path, key, alpha, 0.1, u, label)
     # the PIT's test goes by "pit", as the comparison with the placebo does
     return [
         dataclasses.replace(t, name=t.name.replace("sampler-consistency", "pit")) for t in tests
@@ -325,8 +327,8 @@ def pool(
         return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out, design=design)
     instrument: tuple[ScoredTest, ...] = ()
     if design.one_sample:
-        tests = _own_rows(records, "speculative", key, alpha)
-        instrument = tuple(adjusted(_own_rows(records, "baseline", key, alpha)))
+        tests = against_rows(records, "speculative", key, alpha)
+        instrument = tuple(adjusted(against_rows(records, "baseline", key, alpha)))
     else:
         tests = [
             dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))

@@ -116,6 +116,12 @@ class Sample:
         """``baseline`` or ``speculative``."""
         return self.speculative if name == "speculative" else self.baseline
 
+    def with_path(self, name: str, sample: PathSample) -> Sample:
+        """This seed with ``name``'s sample replaced by ``sample``."""
+        if name == "speculative":
+            return dataclasses.replace(self, speculative=sample)
+        return dataclasses.replace(self, baseline=sample)
+
     @classmethod
     def of(cls, record: ResultRecord) -> Sample:
         """A result record's sample (its evidence as `ResultRecord.evidence` holds it)."""
