@@ -15,16 +15,16 @@ from equiv.errors import EngineError
 from equiv.records import RUN_KEY, AnalysisRecord, ResultRecord, RunRecord, analysis_key
 from equiv.records.verdict import Label
 from equiv.run.plan import PlanItem
-from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
+from equiv.verdicts.sampling.pooled import PooledAnalysis
 from equiv.verdicts.sampling.prompt_analysis import analyze
+from equiv.verdicts.sampling.run_batched import RunBatched, confirm
 from equiv.verdicts.sampling.run_verdict import (
     POOLED_SHARE,
     RUN_STOPPING,
-    RunBatched,
     RunJudgement,
     judge_run,
 )
-from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.samples import PathSample, Sample
 from equiv.verdicts.sampling.verdict import classify_sampling, needs_batched_evidence
 from equiv.verdicts.stats.sequential import STOPPING_LABELS, Look, Stopping, run_schedule
 
@@ -62,6 +62,9 @@ class SamplingJudge:
         self.looks = (
             run_schedule(len(config.seeds), config.looks, prompts, pooled=pool) if sampling else ()
         )
+        #: each sample's paths re-scored batched by the run's follow-up, by (result key, path):
+        #: a later look re-scores only the seeds it adds
+        self._batched: dict[tuple[str, str], PathSample] = {}
 
     def recorded_run(self, runs: Sequence[RunRecord]) -> RunJudgement | None:
         """The run's answer where the file holds it already (a resumed run)."""
@@ -188,7 +191,7 @@ class SamplingJudge:
         )
         confirmed = labels.get(Label.SAMPLER_BUG, 0) > 0  # a prompt's own follow-up did
         if not has_logits and run.pooled.rejected() and not confirmed and not differences:
-            batched = self._run_batched(by_prompt, samples, run.pooled.left_out, alpha)
+            batched = self._run_batched(by_prompt, samples, run.pooled)
             run = judge_run(
                 samples,
                 labels,
@@ -212,24 +215,43 @@ class SamplingJudge:
         self,
         by_prompt: Mapping[str, Sequence[PlanItem]],
         samples: Mapping[str, Sequence[Sample]],
-        left_out: Sequence[str],
-        alpha: float,
+        pooled: PooledAnalysis,
     ) -> RunBatched:
         """Over HTTP, after a pooled test rejected: the first `RUN_BATCHED_SEEDS` seeds of each
         pooled prompt (fixed before any data, so the choice cannot favour a verdict) re-scored
-        batched and compared with the placebo, pooled."""
+        batched, the speculative samples and, where the pooled design is one sample, the
+        placebo's too (`equiv.verdicts.sampling.run_batched.confirm`). A sample is re-scored
+        once in a run: a later look asks only for the seeds it adds."""
         if not self.runner.evidence.can_rescore:
             return RunBatched(error="the servers cannot re-score batched")
+        one_sample = pooled.design.one_sample
+        paths = ("speculative", "baseline") if one_sample else ("speculative",)
         scored: list[Sample] = []
         try:
             for key, group in samples.items():
-                if key in left_out or not group:
+                if key in pooled.left_out or not group:
                     continue
-                prompt = self.runner.tokenize(by_prompt[key][:1])[key]
-                scored += self.runner.evidence.batched_samples(prompt, group[:RUN_BATCHED_SEEDS])
+                scored += self._batched_prompt(by_prompt[key][:1], group[:RUN_BATCHED_SEEDS], paths)
         except EngineError as exc:
             return RunBatched(error=str(exc).splitlines()[0])
         finally:
             self.runner.evidence.take_cost()
-        tests = batched_vs_placebo(scored, alpha=alpha)
-        return RunBatched(tests=tuple(tests), samples=len(scored))
+        return confirm(scored, alpha=pooled.alpha, one_sample=one_sample)
+
+    def _batched_prompt(
+        self, first: Sequence[PlanItem], samples: Sequence[Sample], paths: Sequence[str]
+    ) -> list[Sample]:
+        """One prompt's ``samples`` with ``paths`` re-scored batched, each path of a sample
+        asked of the server once in the run (kept in ``_batched``)."""
+        missing = [(s, p) for s in samples for p in paths if (s.key, p) not in self._batched]
+        if missing:
+            prompt = self.runner.tokenize(first)[first[0].prompt.key]
+            for sample, path in missing:
+                scored = self.runner.evidence.batched_path(prompt, sample.path(path))
+                self._batched[sample.key, path] = scored
+        out = []
+        for sample in samples:
+            for path in paths:
+                sample = sample.with_path(path, self._batched[sample.key, path])
+            out.append(sample)
+        return out

@@ -17,7 +17,7 @@ from equiv.verdicts.sampling.analysis_record import ScoredTest
 from equiv.verdicts.sampling.fidelity import Fidelity
 from equiv.verdicts.sampling.pooled import Design, PooledAnalysis
 from equiv.verdicts.sampling.pooled_bounds import Bound, Effect
-from equiv.verdicts.sampling.run_verdict import RunBatched
+from equiv.verdicts.sampling.run_batched import RunBatched
 from equiv.verdicts.stats import TestResult
 from equiv.verdicts.stats.sequential import Stopping
 
@@ -46,7 +46,12 @@ fidelity = st.builds(
     Fidelity, counts, rounded6, rounded6, rounded6, rounded6, rounded6, rounded6, counts, counts
 )
 batched = st.builds(
-    RunBatched, tests=st.tuples() | st.tuples(scored), error=maybe() | text, samples=counts
+    RunBatched,
+    tests=st.tuples() | st.tuples(scored),
+    error=maybe() | text,
+    samples=counts,
+    one_sample=st.booleans(),
+    instrument=st.tuples() | st.tuples(scored),
 )
 pooled = st.builds(
     PooledAnalysis,

@@ -12,10 +12,10 @@ prompts' own labels. In order:
   samples against the rows they were sampled from) at once; over HTTP (against the re-scored
   single-token rows, or against the placebo's samples) only if a prompt's own verdict is
   ``sampler-bug`` (its batched follow-up included) or the speculative samples re-scored
-  *batched*, as verification evaluates them, still differ from the placebo (the pooled batched
-  follow-up, `RunBatched`);
-  ``numeric-drift`` if they then agree and that comparison had the power, ``inconclusive`` if
-  not or if it could not be asked;
+  *batched*, as verification evaluates them, still fail (the pooled batched follow-up,
+  `equiv.verdicts.sampling.run_batched`: against the batched rows where the design is one
+  sample, against the placebo otherwise); ``numeric-drift`` if they then pass and that
+  follow-up had the power, ``inconclusive`` if not or if it could not be asked;
 - ``sampler-bug`` when a prompt's own verdict is (each prompt judged at its share of the other
   half of the run's level);
 - ``numeric-drift`` when prompts differ only by numeric drift (their own verdicts);
@@ -34,21 +34,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from equiv.config import Mode
-from equiv.json_types import JSONDict, JSONObject, json_object
+from equiv.json_types import JSONDict, json_object
 from equiv.records import AnalysisRecord, ResultRecord, RunRecord
-from equiv.records.codec import decode, encode
 from equiv.records.verdict import Label, Verdict
-from equiv.verdicts.sampling.analysis_record import ScoredTest
 from equiv.verdicts.sampling.pooled import Design, PooledAnalysis, pool
+from equiv.verdicts.sampling.run_batched import RunBatched
 from equiv.verdicts.sampling.samples import Sample
-from equiv.verdicts.sampling.verdict import MIN_POWER
 from equiv.verdicts.stats.sequential import Stopping
 from equiv.verdicts.temp0.misconfiguration import misconfiguration
 
 __all__ = [
     "POOLED_SHARE",
     "RUN_STOPPING",
-    "RunBatched",
     "RunJudgement",
     "classify_run",
     "judge_results",
@@ -59,23 +56,6 @@ __all__ = [
 POOLED_SHARE = 0.5
 #: The run verdicts that stop a sequential run at an early look (the last look always does).
 RUN_STOPPING = frozenset({Label.SAMPLER_BUG, Label.EQUIVALENT, Label.MISCONFIGURATION})
-
-
-@dataclass(frozen=True)
-class RunBatched:
-    """Over HTTP, after a pooled test rejected: the speculative samples re-scored batched
-    against the placebo, pooled over the prompts (``tests``), or why that could not be asked."""
-
-    tests: tuple[ScoredTest, ...] = ()
-    error: str | None = None
-    samples: int = 0
-
-    def to_dict(self) -> JSONDict:
-        return encode(self)
-
-    @classmethod
-    def from_dict(cls, data: JSONObject) -> RunBatched:
-        return decode(cls, data, "batched")
 
 
 def _evidence(labels: Counter[Label]) -> JSONDict:
@@ -101,34 +81,6 @@ def _scope(pooled: PooledAnalysis) -> str:
     if pooled.left_out:
         out += f"; {len(pooled.left_out)} prompt(s) left out without a placebo"
     return out
-
-
-def _batched_answer(
-    pooled: PooledAnalysis, kinds: Sequence[str], batched: RunBatched | None
-) -> tuple[Label, str]:
-    if batched is None or not batched.tests:
-        why = (batched.error if batched else None) or "the target's batched rows were not asked"
-        return Label.INCONCLUSIVE, f"whether numeric drift explains it could not be checked: {why}"
-    alpha = pooled.alpha
-    rejects = [t for t in batched.tests if t.p_adjusted < alpha]
-    shown = ", ".join(f"{t.kind} p = {t.p_adjusted:.2g}" for t in batched.tests)
-    over = f"{batched.samples} samples re-scored batched"
-    if rejects:
-        return Label.SAMPLER_BUG, (
-            f"and re-scored batched, as draft verification evaluates them ({over}), they still "
-            f"differ from the placebo ({shown}): numeric drift does not explain it"
-        )
-    powers = [t.power or 0.0 for t in batched.tests if t.kind in kinds]
-    if not powers or min(powers) < MIN_POWER:
-        return Label.INCONCLUSIVE, (
-            f"re-scored batched ({over}) they do not differ from the placebo ({shown}), but "
-            f"that comparison had power {min(powers, default=0.0):.2f} only: whether numeric "
-            "drift explains it is not shown"
-        )
-    return Label.NUMERIC_DRIFT, (
-        f"but re-scored batched ({over}) they agree with the placebo ({shown}; power "
-        f"{min(powers):.2f}): the difference between single-token and batched evaluation"
-    )
 
 
 _DIFFER = {
@@ -181,7 +133,9 @@ def _pooled_rejects(
         return Verdict(Label.SAMPLER_BUG, found, ev)
     if n_bug:  # each confirmed on its own, batched follow-up included
         return Verdict(Label.SAMPLER_BUG, f"{found}; and {own}", ev)
-    label, why = _batched_answer(pooled, [t.kind for t in rejects], batched)
+    if batched is None:
+        batched = RunBatched(error="the target's batched rows were not asked")
+    label, why = batched.answer(pooled.alpha, [t.kind for t in rejects])
     return Verdict(label, f"{found}; {why}", ev)
 
 

@@ -27,8 +27,8 @@ from equiv.verdicts.sampling.pooled import (
     support_vs_placebo,
 )
 from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect
+from equiv.verdicts.sampling.run_batched import RunBatched
 from equiv.verdicts.sampling.run_verdict import (
-    RunBatched,
     RunJudgement,
     classify_run,
     judge_run,
