@@ -62,9 +62,9 @@ class SamplingJudge:
         self.looks = (
             run_schedule(len(config.seeds), config.looks, prompts, pooled=pool) if sampling else ()
         )
-        #: each sample's paths re-scored batched by the run's follow-up, by (result key, path):
-        #: a later look re-scores only the seeds it adds
-        self._batched: dict[tuple[str, str], PathSample] = {}
+        #: each sample's speculative path re-scored batched by the run's follow-up, by result
+        #: key: a later look re-scores only the seeds it adds
+        self._batched: dict[str, PathSample] = {}
 
     def recorded_run(self, runs: Sequence[RunRecord]) -> RunJudgement | None:
         """The run's answer where the file holds it already (a resumed run)."""
@@ -218,40 +218,31 @@ class SamplingJudge:
         pooled: PooledAnalysis,
     ) -> RunBatched:
         """Over HTTP, after a pooled test rejected: the first `RUN_BATCHED_SEEDS` seeds of each
-        pooled prompt (fixed before any data, so the choice cannot favour a verdict) re-scored
-        batched, the speculative samples and, where the pooled design is one sample, the
-        placebo's too (`equiv.verdicts.sampling.run_batched.confirm`). A sample is re-scored
-        once in a run: a later look asks only for the seeds it adds."""
+        pooled prompt (fixed before any data, so the choice cannot favour a verdict), their
+        speculative samples re-scored batched and compared with the placebo, pooled
+        (`equiv.verdicts.sampling.run_batched`). A sample is re-scored once in a run: a later
+        look asks only for the seeds it adds."""
         if not self.runner.evidence.can_rescore:
             return RunBatched(error="the servers cannot re-score batched")
-        one_sample = pooled.design.one_sample
-        paths = ("speculative", "baseline") if one_sample else ("speculative",)
         scored: list[Sample] = []
         try:
             for key, group in samples.items():
                 if key in pooled.left_out or not group:
                     continue
-                scored += self._batched_prompt(by_prompt[key][:1], group[:RUN_BATCHED_SEEDS], paths)
+                scored += self._batched_prompt(by_prompt[key][:1], group[:RUN_BATCHED_SEEDS])
         except EngineError as exc:
             return RunBatched(error=str(exc).splitlines()[0])
         finally:
             self.runner.evidence.take_cost()
-        return confirm(scored, alpha=pooled.alpha, one_sample=one_sample)
+        return confirm(scored, alpha=pooled.alpha)
 
-    def _batched_prompt(
-        self, first: Sequence[PlanItem], samples: Sequence[Sample], paths: Sequence[str]
-    ) -> list[Sample]:
-        """One prompt's ``samples`` with ``paths`` re-scored batched, each path of a sample
-        asked of the server once in the run (kept in ``_batched``)."""
-        missing = [(s, p) for s in samples for p in paths if (s.key, p) not in self._batched]
+    def _batched_prompt(self, first: Sequence[PlanItem], samples: Sequence[Sample]) -> list[Sample]:
+        """One prompt's ``samples`` with their speculative tokens re-scored batched, each asked
+        of the server once in the run (kept in ``_batched``)."""
+        missing = [s for s in samples if s.key not in self._batched]
         if missing:
             prompt = self.runner.tokenize(first)[first[0].prompt.key]
-            for sample, path in missing:
-                scored = self.runner.evidence.batched_path(prompt, sample.path(path))
-                self._batched[sample.key, path] = scored
-        out = []
-        for sample in samples:
-            for path in paths:
-                sample = sample.with_path(path, self._batched[sample.key, path])
-            out.append(sample)
-        return out
+            for sample in missing:
+                scored = self.runner.evidence.batched_path(prompt, sample.speculative)
+                self._batched[sample.key] = scored
+        return [s.with_path("speculative", self._batched[s.key]) for s in samples]

@@ -46,12 +46,7 @@ fidelity = st.builds(
     Fidelity, counts, rounded6, rounded6, rounded6, rounded6, rounded6, rounded6, counts, counts
 )
 batched = st.builds(
-    RunBatched,
-    tests=st.tuples() | st.tuples(scored),
-    error=maybe() | text,
-    samples=counts,
-    one_sample=st.booleans(),
-    instrument=st.tuples() | st.tuples(scored),
+    RunBatched, tests=st.tuples() | st.tuples(scored), error=maybe() | text, samples=counts
 )
 pooled = st.builds(
     PooledAnalysis,

@@ -20,7 +20,6 @@ from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import BatchedEvidence
 from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
 from equiv.verdicts.sampling.prompt_analysis import analyze
-from equiv.verdicts.sampling.run_batched import confirm
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.token_evidence import chain_pit, chain_sensitivity
 from equiv.verdicts.sampling.verdict import MIN_POWER, classify_sampling, needs_batched_evidence
@@ -70,8 +69,6 @@ def _records(rng, *, greedy=0.0, seeds=60, length=32, drift=0.25, instrument=0.0
                     "tokens": base_tokens,
                     **scored(single, base_tokens, "chain"),
                     **scored(rescored_placebo, base_tokens, "target"),
-                    # the run's one-sample follow-up re-scores the placebo batched too
-                    **scored(rescored_batched, base_tokens, "batched"),
                 },
                 "speculative": {
                     "tokens": spec_tokens,
@@ -158,51 +155,3 @@ def test_an_instrument_that_is_off_alone_is_never_a_sampler_bug(seed):
     limit = SamplingEvidence.from_dict(verdict.evidence).limit
     assert limit is not None
     assert "the instrument here is off" in limit
-
-
-# The run's follow-up (`run_batched.confirm`) where the pooled design is one sample: over HTTP
-# with the single-token re-scoring exact, the speculative samples against the batched rows,
-# the placebo's samples against the same rows judging that instrument.
-
-
-def _confirmed(records):
-    return confirm([Sample.from_dict(r) for r in records], alpha=ALPHA, one_sample=True)
-
-
-def test_the_run_confirms_a_fault_against_the_batched_rows_in_one_sample():
-    """Drift too small for the tests to see: the placebo passes the batched rows, the greedy
-    sampler fails them, and the one-sample follow-up finds it where the comparison with the
-    placebo (twice the variance) does not."""
-    records = _records(np.random.default_rng(11), greedy=0.04, drift=0.01, seeds=60)
-    batched = _confirmed(records)
-    assert batched.one_sample
-    assert not [t for t in batched.instrument if t.p_adjusted < ALPHA]
-    label, why = batched.answer(ALPHA, ["top-token"])
-    assert label is Label.SAMPLER_BUG, why
-    assert "which the placebo passes" in why
-    two = batched_vs_placebo([Sample.from_dict(r) for r in records], alpha=ALPHA)
-    assert min(t.p_adjusted for t in two) > min(t.p_adjusted for t in batched.tests)
-
-
-@pytest.mark.parametrize("seed", [12, 13])
-def test_a_correct_sampler_passes_the_batched_rows(seed):
-    batched = _confirmed(_records(np.random.default_rng(seed), drift=0.01, seeds=60))
-    assert batched.one_sample
-    assert not [t for t in batched.tests if t.p_adjusted < ALPHA]
-    label, why = batched.answer(ALPHA, ["top-token"])
-    assert label is not Label.SAMPLER_BUG, why
-
-
-def test_drift_the_placebo_sees_in_the_batched_rows_sends_the_run_to_the_placebo():
-    """Drift large enough to explain a single-token rejection is large enough for the placebo
-    to fail the batched rows: the follow-up is then the two-sample comparison, which drift
-    does not move."""
-    batched = _confirmed(_records(np.random.default_rng(3), seeds=150))
-    assert not batched.one_sample
-    assert [t for t in batched.instrument if t.p_adjusted < ALPHA]
-    assert all(t.name.endswith(":vs-placebo-batched") for t in batched.tests)
-    label, why = batched.answer(ALPHA, ["top-token", "temperature"])
-    # numeric drift where the two-sample comparison had the power, inconclusive where not
-    assert label is not Label.SAMPLER_BUG, why
-    assert "the placebo's samples are not draws from the batched rows either" in why
-    assert "they agree with it" in why
