@@ -1,5 +1,7 @@
 """Sampling mode (temperature > 0) on the real default pair."""
 
+from typing import ClassVar
+
 import pytest
 
 from equiv.config import DraftConfig, Mode, RunConfig, SamplingConfig
@@ -8,9 +10,11 @@ from equiv.json_types import json_object
 from equiv.prompts import load_suites
 from equiv.records import PATHS, AnalysisRecord, ResultRecord, ResultsFile
 from equiv.records.verdict import Label
+from equiv.run.judging import group_by_prompt
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.pooled import pool
 from equiv.verdicts.sampling.samples import Sample
 
 pytestmark = pytest.mark.model
@@ -123,3 +127,45 @@ def test_the_correct_reference_sampler_passes_every_stage(model_pair, tmp_path):
     assert forced.n > 50
     assert forced.statistic == 0  # no forced decision went wrong
     assert analysis.judged.label is not Label.SAMPLER_BUG, analysis.judged.reason
+
+
+class _CountsBatched:
+    """The llama.cpp engine, counting the batched re-scorings asked of it."""
+
+    asked: ClassVar[list[tuple[int, ...]]] = []
+
+    def __init__(self, config, *, speculative):
+        self.inner = load_factory("llamacpp")(config, speculative=speculative)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def rescore(self, prompt_tokens, tokens, *, batched):
+        if batched:
+            type(self).asked.append(tuple(tokens))
+        return self.inner.rescore(prompt_tokens, tokens, batched=batched)
+
+
+def test_the_runs_batched_follow_up_rescores_each_sample_once(model_pair, tmp_path):
+    """A later look asks the follow-up again over the seeds so far: only the new ones are
+    re-scored, and the answer over the others is the one asked before."""
+    config = _config(model_pair, seeds=3, max_tokens=8)
+    prompts = [p for p in load_suites() if p.key == PROMPT]
+    items = plan(prompts, config)
+    path = tmp_path / "r.jsonl"
+    with Runner(config, _CountsBatched, path) as runner:
+        runner.run(items)
+        samples = [Sample.of(r) for r in ResultsFile(path).results()]
+        pooled = pool({PROMPT: samples}, alpha=0.005, has_logits=False)
+        by_prompt = group_by_prompt(items)
+        _CountsBatched.asked = []
+        first = runner.judge._run_batched(by_prompt, {PROMPT: samples[:2]}, pooled)
+        assert _CountsBatched.asked == [s.speculative.tokens for s in samples[:2]]
+        again = runner.judge._run_batched(by_prompt, {PROMPT: samples}, pooled)
+        assert _CountsBatched.asked[2:] == [samples[2].speculative.tokens]  # the new seed only
+        assert first.error is None
+        assert again.error is None
+        assert (first.samples, again.samples) == (2, 3)
+        third = runner.judge._run_batched(by_prompt, {PROMPT: samples[:2]}, pooled)
+        assert repr(third) == repr(first)  # the same rows, so the same tests
+        assert len(_CountsBatched.asked) == 3
