@@ -17,10 +17,12 @@ own wall time is what a user waits for once their servers are up.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from equiv.config import RunConfig
@@ -33,44 +35,68 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from fault_proxy import FaultProxy  # type: ignore[import-not-found]  # tests/fault_proxy.py
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse(doc: str, *, fault: str, slots: int) -> argparse.Namespace:
+    """The options of a benchmark on a faulty deployment (its own ``--out`` included) and
+    ``run_args``: everything after ``--``, for `equiv run`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--server-bin", required=True)
-    parser.add_argument("--fault", choices=("greedy", "wrong_temp", "none"), default="greedy")
+    parser.add_argument("--fault", choices=("greedy", "wrong_temp", "none"), default=fault)
     parser.add_argument("--rate", type=float, default=1.0, help="greedy: share replaced")
     parser.add_argument("--proxy-temp", type=float, default=0.4, help="wrong_temp: redraw at")
-    parser.add_argument("--slots", type=int, default=4, help="slots of each server")
+    parser.add_argument("--slots", type=int, default=slots, help="slots of each server")
     parser.add_argument("--out", help="keep the run here")
     parser.add_argument("run_args", nargs=argparse.REMAINDER, help="-- then equiv run's options")
     args = parser.parse_args()
-    passed = [a for a in args.run_args if a != "--"]
+    args.run_args = [a for a in args.run_args if a != "--"]
+    return args
+
+
+@contextlib.contextmanager
+def deployment(
+    args: argparse.Namespace, tmp: str
+) -> Iterator[tuple[ServerEngine, ServerEngine, FaultProxy]]:
+    """The baseline and speculative llama-servers as equiv starts them, and the fault proxy
+    (``args.fault``; ``none``: it passes everything) in front of the speculative one."""
     pair = resolve_pair()
     config = RunConfig(target=pair.target, draft=pair.draft)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(args.out) if args.out else Path(tmp) / "run"
-        settings = ServerSettings(
-            server_bin=args.server_bin, log_dir=str(Path(tmp) / "logs"), concurrency=args.slots
-        )
-        baseline = ServerEngine(config, speculative=False, settings=settings)
+    settings = ServerSettings(
+        server_bin=args.server_bin, log_dir=str(Path(tmp) / "logs"), concurrency=args.slots
+    )
+    baseline = ServerEngine(config, speculative=False, settings=settings)
+    try:
         speculative = ServerEngine(config, speculative=True, settings=settings)
-        fault = None if args.fault == "none" else args.fault
         try:
+            fault = None if args.fault == "none" else args.fault
             with FaultProxy(
                 speculative.url, fault=fault, rate=args.rate, temp=args.proxy_temp
             ) as proxy:
-                command = [
-                    sys.executable, "-m", "equiv", "run", "--engine", "server",
-                    "--baseline-url", baseline.url, "--speculative-url", proxy.url,
-                    "--out", str(out), "-q", *passed,
-                ]  # fmt: skip
-                print("$", " ".join(command[2:]), flush=True)
-                started = time.perf_counter()
-                done = subprocess.run(command, check=False)
-                wall = time.perf_counter() - started
-                print(f"exit {done.returncode}; wall {wall:.0f} s; tokens replaced {proxy.faults}")
+                yield baseline, speculative, proxy
         finally:
-            baseline.close()
             speculative.close()
+    finally:
+        baseline.close()
+
+
+def run_command(baseline: ServerEngine, proxy: FaultProxy, out: Path, args: list[str]) -> list[str]:
+    """`equiv run` against the two URLs, writing to ``out``."""
+    return [
+        sys.executable, "-m", "equiv", "run", "--engine", "server",
+        "--baseline-url", baseline.url, "--speculative-url", proxy.url,
+        "--out", str(out), "-q", *args,
+    ]  # fmt: skip
+
+
+def main() -> None:
+    args = parse(__doc__, fault="greedy", slots=4)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out) if args.out else Path(tmp) / "run"
+        with deployment(args, tmp) as (baseline, _, proxy):
+            command = run_command(baseline, proxy, out, args.run_args)
+            print("$", " ".join(command[2:]), flush=True)
+            started = time.perf_counter()
+            done = subprocess.run(command, check=False)
+            wall = time.perf_counter() - started
+            print(f"exit {done.returncode}; wall {wall:.0f} s; tokens replaced {proxy.faults}")
         for record in ResultsFile(out / "results.jsonl").runs():
             print(f"run: **{record.verdict.label.value}**; {record.verdict.reason}")
 
