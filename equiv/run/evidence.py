@@ -226,12 +226,12 @@ class Evidence:
             evidence = BatchedEvidence(tests=tuple(batched_vs_placebo(scored, alpha=alpha)))
         return dataclasses.replace(evidence, rescore_cost=self.take_cost())
 
-    def batched_samples(
-        self, prompt: Sequence[int], samples: Sequence[Sample], path: str = "speculative"
-    ) -> list[Sample]:
-        """The samples with ``path``'s tokens re-scored batched (``batched_pit``,
+    def batched_samples(self, prompt: Sequence[int], samples: Sequence[Sample]) -> list[Sample]:
+        """The samples with their speculative tokens re-scored batched (``batched_pit``,
         ``batched_sensitivity``, ``batched_score``); `EngineError` where a request fails."""
-        return [s.with_path(path, self.batched_path(prompt, s.path(path))) for s in samples]
+        return [
+            s.with_path("speculative", self.batched_path(prompt, s.speculative)) for s in samples
+        ]
 
     def batched_path(self, prompt: Sequence[int], sample: PathSample) -> PathSample:
         """One path's sample with its tokens re-scored batched; `EngineError` where a request
