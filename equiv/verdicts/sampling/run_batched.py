@@ -64,11 +64,13 @@ class RunBatched:
             )
         rejects = [t for t in self.tests if t.p_adjusted < alpha]
         shown = ", ".join(f"{t.kind} p = {t.p_adjusted:.2g}" for t in self.tests)
-        differ = f"they still differ from the placebo ({shown})"
         agree = f"they agree with the placebo ({shown})"
         over = f"re-scored batched, as draft verification evaluates them ({self.samples} samples)"
         if rejects:
-            return Label.SAMPLER_BUG, f"and {over}, {differ}: numeric drift does not explain it"
+            return Label.SAMPLER_BUG, (
+                f"and {over}, they still differ from the placebo ({shown}): numeric drift does "
+                "not explain it"
+            )
         powers = [t.power or 0.0 for t in self.tests if t.kind in kinds]
         if not powers or min(powers) < MIN_POWER:
             return Label.INCONCLUSIVE, (

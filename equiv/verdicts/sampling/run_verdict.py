@@ -12,10 +12,9 @@ prompts' own labels. In order:
   samples against the rows they were sampled from) at once; over HTTP (against the re-scored
   single-token rows, or against the placebo's samples) only if a prompt's own verdict is
   ``sampler-bug`` (its batched follow-up included) or the speculative samples re-scored
-  *batched*, as verification evaluates them, still fail (the pooled batched follow-up,
-  `equiv.verdicts.sampling.run_batched`: against the batched rows where the design is one
-  sample, against the placebo otherwise); ``numeric-drift`` if they then pass and that
-  follow-up had the power, ``inconclusive`` if not or if it could not be asked;
+  *batched*, as verification evaluates them, still differ from the placebo (the pooled batched
+  follow-up, `equiv.verdicts.sampling.run_batched`); ``numeric-drift`` if they then agree and
+  that comparison had the power, ``inconclusive`` if not or if it could not be asked;
 - ``sampler-bug`` when a prompt's own verdict is (each prompt judged at its share of the other
   half of the run's level);
 - ``numeric-drift`` when prompts differ only by numeric drift (their own verdicts);
@@ -133,9 +132,7 @@ def _pooled_rejects(
         return Verdict(Label.SAMPLER_BUG, found, ev)
     if n_bug:  # each confirmed on its own, batched follow-up included
         return Verdict(Label.SAMPLER_BUG, f"{found}; and {own}", ev)
-    if batched is None:
-        batched = RunBatched(error="the target's batched rows were not asked")
-    label, why = batched.answer(pooled.alpha, [t.kind for t in rejects])
+    label, why = (batched or RunBatched()).answer(pooled.alpha, [t.kind for t in rejects])
     return Verdict(label, f"{found}; {why}", ev)
 
 
