@@ -248,12 +248,20 @@ def chain_distribution(
             presence_penalty=sampling.presence_penalty,
         )
     ids: npt.NDArray[np.intp] | None = None
-    if 0 < sampling.top_k < row.shape[0]:
+    if not np.all(logits > -np.inf):
+        # A top-K row (a server's, -inf elsewhere): a -inf logit has probability 0 under any
+        # chain, so the chain runs on the finite candidates alone. (A partition of the whole
+        # row is slow there too: 24 ms against 1.3 ms on a dense row of 262,144, as
+        # introselect degrades on the ties.)
+        ids = np.flatnonzero(logits > -np.inf)
+        logits = logits[ids]
+    if 0 < sampling.top_k < logits.shape[0]:
         # Only the top_k (ties at the boundary included) can survive the chain: run it on
         # those candidates, in ascending id order so that ties rank as over the full row.
         kth = np.partition(logits, logits.shape[0] - sampling.top_k)[-sampling.top_k]
-        ids = np.flatnonzero(logits >= kth)
-        logits = logits[ids]
+        keep = np.flatnonzero(logits >= kth)
+        ids = keep if ids is None else ids[keep]
+        logits = logits[keep]
     probs = chain_probs(
         logits,
         temp=sampling.temp,

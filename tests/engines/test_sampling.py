@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from equiv.engines.chain import apply_penalties, chain_probs, pit_position, validate_sampling
+from equiv.config import SamplingConfig
+from equiv.engines.chain import (
+    apply_penalties,
+    chain_distribution,
+    chain_probs,
+    pit_position,
+    validate_sampling,
+)
 from equiv.errors import ConfigError
 
 # p = [0.5, 0.3, 0.15, 0.05]: every cut below is far from float rounding.
@@ -309,3 +316,31 @@ def test_pit_positions_tile_the_unit_interval(weights: list[float]) -> None:
 def test_pit_position_rejects_token_outside_vocab() -> None:
     with pytest.raises(ValueError, match="token=4"):
         pit_position(np.full(4, 0.25), 4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(st.integers(-12, 12), min_size=1, max_size=12),
+    spread=st.integers(0, 3),
+    temp=st.sampled_from([0.0, 0.4, 1.0]),
+    top_k=st.integers(0, 16),
+    top_p=st.sampled_from([1.0, 0.71]),
+    min_p=st.sampled_from([0.0, 0.04]),
+)
+def test_chain_distribution_of_a_top_k_row_is_the_chain_over_the_whole_row(
+    steps: list[int], spread: int, temp: float, top_k: int, top_p: float, min_p: float
+) -> None:
+    # a server's row: its K candidates spread over the vocabulary, -inf elsewhere; the chain
+    # runs on the candidates alone (fewer or more than top_k of them), as over the whole row
+    vocab = 64
+    row = np.full(vocab, -np.inf, dtype=np.float32)
+    ids = (np.arange(len(steps)) * (1 + spread) * 3) % vocab
+    row[ids] = np.array(steps, dtype=np.float32) * 0.37
+    sampling = SamplingConfig(temp=temp, top_k=top_k, top_p=top_p, min_p=min_p)
+    got_ids, got = chain_distribution(row, [], sampling)
+    want = chain_probs(row, temp=temp, top_k=top_k, top_p=top_p, min_p=min_p)
+    assert (np.diff(got_ids) > 0).all()
+    assert np.isfinite(row[got_ids]).all()  # no -inf candidate is listed
+    full = np.zeros(vocab)
+    full[got_ids] = got
+    np.testing.assert_allclose(full, want, rtol=0, atol=1e-12)
