@@ -47,6 +47,7 @@ __all__ = [
     "Concurrent",
     "Engine",
     "EngineFactory",
+    "PieceBytes",
     "RescoreCost",
     "RescoreCosting",
     "Rescoring",
@@ -56,6 +57,7 @@ __all__ = [
     "check_engine",
     "drafts_from_file",
     "in_flight",
+    "piece_bytes",
     "rescore_cost",
     "rescorer",
     "server_facts",
@@ -74,6 +76,10 @@ class Capabilities:
     judgements: the speculative path verifies drafts by rejection sampling (accept with
         probability min(1, p/q)) and reports every judged draft token with the draft's row
         (`equiv.records.Judgement`), so each stage of its sampler can be tested on its own.
+    sampled_rows: a token's alternatives, where a `Generation` has them, are the top of the raw
+        row that token was sampled from, on either path, and the engine is a `PieceBytes`
+        (llama-server: the speculative server reports a row only for a token sampled outside a
+        speculative step, one at a time as plain decoding samples it).
     """
 
     full_logits: bool
@@ -81,6 +87,7 @@ class Capabilities:
     rescoring: bool = False
     token_ids: bool = True
     judgements: bool = False
+    sampled_rows: bool = False
 
     def to_dict(self) -> dict[str, bool]:
         return asdict(self)
@@ -232,6 +239,23 @@ class RescoreCost:
     def from_dict(cls, data: JSONObject) -> RescoreCost:
         """As `to_dict` wrote it; a count or time an older file lacks is 0."""
         return decode(cls, data, "rescore_cost")
+
+
+@runtime_checkable
+class PieceBytes(Protocol):
+    """An engine that knows the bytes of the candidates in the rows it reported."""
+
+    def candidate_bytes(self, token: int) -> bytes:
+        """The token's bytes; empty where unknown."""
+        ...
+
+
+def piece_bytes(engine: Engine) -> PieceBytes | None:
+    """``engine`` as a `PieceBytes` where its alternatives are the rows it sampled from
+    (``Capabilities.sampled_rows``), else None."""
+    if engine.capabilities.sampled_rows and isinstance(engine, PieceBytes):
+        return engine
+    return None
 
 
 @runtime_checkable

@@ -27,10 +27,17 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.config import Mode, RunConfig
-from equiv.engines.base import Engine, RescoreCost, batch_rescorer, rescore_cost, rescorer
+from equiv.engines.base import (
+    Engine,
+    RescoreCost,
+    batch_rescorer,
+    piece_bytes,
+    rescore_cost,
+    rescorer,
+)
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONObject
-from equiv.records import PATHS, ArgmaxFlips, Drift, Generation
+from equiv.records import ArgmaxFlips, Drift, Generation
 from equiv.verdicts.sampling.analysis_record import BatchedEvidence
 from equiv.verdicts.sampling.fidelity import Fidelity, rescore_fidelity
 from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
@@ -41,11 +48,21 @@ from equiv.verdicts.sampling.token_evidence import (
     chain_evidence,
     evidence_json,
     judgement_evidence,
+    reported_evidence,
     top_k_rows,
 )
 from equiv.verdicts.temp0.drift import drift_metrics
 
-__all__ = ["BatchOnce", "Evidence", "SampleEvidence"]
+__all__ = ["BatchOnce", "Evidence", "SampleEvidence", "whole_piece"]
+
+
+def whole_piece(data: bytes) -> bool:
+    """Whether a token's bytes are complete UTF-8 on their own (empty: unknown, so not)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return bool(data)
 
 
 @dataclass(frozen=True)
@@ -151,21 +168,10 @@ class Evidence:
         and both samples re-scored by the target one token at a time, exactly as the baseline
         evaluates: the speculative one to test, the baseline's as its placebo (the same
         instrument on a sample whose rows are known), with the re-scoring's fidelity there."""
-        paths: dict[str, PathEvidence] = {path: PathEvidence() for path in PATHS}
-        for gen, path in ((base, "baseline"), (spec, "speculative")):
-            sampling = self.config.for_path(speculative=path == "speculative").sampling
-            rows = gen.logits
-            if rows is None and path == "baseline":  # a server: its top-K covers the chain
-                rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
-            if rows is not None:
-                chain = chain_evidence(rows, gen.tokens, sampling)
-                paths[path].update(
-                    PathEvidence(
-                        chain_pit=chain.pits,
-                        chain_sensitivity=chain.sensitivities,
-                        chain_score=chain.scores,
-                    )
-                )
+        paths = {
+            path: self._own_rows(gen, path)
+            for gen, path in ((base, "baseline"), (spec, "speculative"))
+        }
         if spec.logits is not None and self.speculative.capabilities.judgements:
             sampling = self.config.for_path(speculative=True).sampling
             paths["speculative"].update(
@@ -197,6 +203,41 @@ class Evidence:
                 if path == "baseline":
                     fidelity = self._fidelity(gen, target)
         return SampleEvidence({p: evidence_json(e) for p, e in paths.items() if e}, drift, fidelity)
+
+    def _own_rows(self, gen: Generation, path: str) -> PathEvidence:
+        """A sample's evidence under the rows its path sampled from: ``chain_*`` where every
+        row is known (in process; a server's baseline, whose top K covers the chain), and
+        ``reported_*`` at the positions a server reported the row of (`reported_evidence`)."""
+        sampling = self.config.for_path(speculative=path == "speculative").sampling
+        out = PathEvidence()
+        rows = gen.logits
+        if rows is None and path == "baseline":  # a server: its top-K covers the chain
+            rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
+        if rows is not None:
+            chain = chain_evidence(rows, gen.tokens, sampling)
+            out.update(
+                PathEvidence(
+                    chain_pit=chain.pits,
+                    chain_sensitivity=chain.sensitivities,
+                    chain_score=chain.scores,
+                )
+            )
+        pieces = piece_bytes(self.baseline if path == "baseline" else self.speculative)
+        if gen.logits is None and pieces is not None:
+            reported = reported_evidence(
+                gen.alternatives,
+                gen.tokens,
+                sampling,
+                lambda t: whole_piece(pieces.candidate_bytes(t)),
+            )
+            out.update(
+                PathEvidence(
+                    reported_pit=reported.pits,
+                    reported_sensitivity=reported.sensitivities,
+                    reported_score=reported.scores,
+                )
+            )
+        return out
 
     def _fidelity(self, base: Generation, target: npt.NDArray[np.float32]) -> Fidelity | None:
         """The re-scoring's fidelity against the rows the baseline reported while sampling."""

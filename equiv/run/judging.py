@@ -15,7 +15,7 @@ from equiv.errors import EngineError
 from equiv.records import RUN_KEY, AnalysisRecord, ResultRecord, RunRecord, analysis_key
 from equiv.records.verdict import Label
 from equiv.run.plan import PlanItem
-from equiv.verdicts.sampling.pooled import PooledAnalysis
+from equiv.verdicts.sampling.pooled import PooledAnalysis, is_reported
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.run_batched import RunBatched, confirm
 from equiv.verdicts.sampling.run_verdict import (
@@ -189,8 +189,10 @@ class SamplingJudge:
         run = judge_run(
             samples, labels, alpha=alpha, has_logits=has_logits, differences=differences
         )
-        confirmed = labels.get(Label.SAMPLER_BUG, 0) > 0  # a prompt's own follow-up did
-        if not has_logits and run.pooled.rejected() and not confirmed and not differences:
+        # confirmed already: by a prompt's own follow-up, or by the rows the server reported
+        rejects = run.pooled.rejected()
+        confirmed = labels.get(Label.SAMPLER_BUG, 0) > 0 or any(is_reported(t) for t in rejects)
+        if not has_logits and rejects and not confirmed and not differences:
             batched = self._run_batched(by_prompt, samples, run.pooled)
             run = judge_run(
                 samples,

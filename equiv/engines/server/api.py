@@ -42,6 +42,7 @@ from equiv.records import DraftStep, TokenAlternatives
 __all__ = [
     "LLAMA_SAMPLERS",
     "Parsed",
+    "candidate_bytes",
     "llama_body",
     "openai_body",
     "parse_llama",
@@ -318,6 +319,19 @@ def _candidates(entry: Mapping[str, Any], n_probs: int) -> TokenAlternatives:
     if (n_probs >= 2 and len(pairs) < 2) or total > 1.0 + 1e-3:
         return TokenAlternatives((), ())
     return _alternatives(pairs)
+
+
+def candidate_bytes(data: Any) -> dict[int, bytes]:
+    """Every candidate's bytes in a llama-server ``/completion`` answer (each candidate of
+    ``top_logprobs`` comes with its piece's ``bytes``); empty where it sent none."""
+    out: dict[int, bytes] = {}
+    probs = data.get("completion_probabilities") if isinstance(data, dict) else None
+    for entry in probs or []:
+        for c in entry.get("top_logprobs") or []:
+            raw = c.get("bytes")
+            if isinstance(raw, list) and "id" in c:
+                out[int(c["id"])] = bytes(int(b) for b in raw)
+    return out
 
 
 def _openai_id(token: str) -> int | None:

@@ -25,6 +25,7 @@ from equiv.config import Mode, RunConfig, SamplingConfig
 from equiv.engines.base import Capabilities, RescoreCost
 from equiv.engines.server.api import (
     Parsed,
+    candidate_bytes,
     llama_body,
     openai_body,
     parse_llama,
@@ -50,7 +51,7 @@ from equiv.engines.server.vllm import read_counters, refusal_fix
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
-from equiv.models.token_bytes import token_bytes
+from equiv.models.token_bytes import token_bytes as vocabulary_bytes
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, PathName
 
@@ -84,6 +85,7 @@ class ServerEngine:
         #: equiv.engines.base.SelfDrafting: a URL's drafter is unknown, taken to be a draft file
         self.drafts_from_file = True
         self._count_drafts = False  # vLLM: a request's draft counts from /metrics
+        self._candidates: dict[int, bytes] = {}  # candidates' bytes from llama-server's rows
         self._started = start_server(
             config, settings, speculative=speculative, slots=self.max_in_flight
         )
@@ -116,6 +118,10 @@ class ServerEngine:
             deterministic_seed=self.api == "llama",
             rescoring=self._rescorer is not None,
             token_ids=bool(self._facts.get("token_ids", True)),
+            # llama-server reports the raw row a token was sampled from, and only such rows
+            # (tools/server/server-context.cpp, populate_token_probs), each candidate with its
+            # bytes
+            sampled_rows=self.api == "llama",
         )
 
     # -- inspecting the server ---------------------------------------------------------------
@@ -226,11 +232,16 @@ class ServerEngine:
     def token_text(self, token: int) -> str:
         return self._tokenizer.token_text(token)
 
-    def _token_bytes(self, token: int) -> bytes:
+    def token_bytes(self, token: int) -> bytes:
         """A token's bytes from the target's GGUF vocabulary (read once, where rows must be
         placed among byte pieces)."""
-        vocab = token_bytes(str(self.config.target.path))
+        vocab = vocabulary_bytes(str(self.config.target.path))
         return vocab[token] if 0 <= token < len(vocab) else b""
+
+    def candidate_bytes(self, token: int) -> bytes:
+        """The bytes llama-server sent for ``token`` as a candidate of a row it reported
+        (`PieceBytes`: where a row's candidates are told whole); empty where it sent none."""
+        return self._candidates.get(token, b"")
 
     # -- generation --------------------------------------------------------------------------
     def _complete(
@@ -252,7 +263,8 @@ class ServerEngine:
                     n_probs=k, draft=draft,
                 )  # fmt: skip
                 answer = self.client.post("/completion", body)
-                pieces = None if self.config.target.served else self._token_bytes
+                self._candidates.update(candidate_bytes(answer))
+                pieces = None if self.config.target.served else self.token_bytes
                 return parse_llama(answer, url=f"{self.url}/completion", n_probs=k, pieces=pieces)
             body = openai_body(
                 prompt_tokens, model=self.model, sampling=sampling, seed=seed,
@@ -265,8 +277,9 @@ class ServerEngine:
             raise exc from None
 
     def _n_probs(self, sampling: SamplingConfig) -> int:
-        """Log-probabilities asked per token (on the sampling baseline: `rescore_candidates`)."""
-        if self.path == PathName.BASELINE and not sampling.greedy:
+        """Log-probabilities asked per token: at temp > 0 on the baseline, and on llama-server
+        on both paths (its rows are the ones sampled from), `rescore_candidates`."""
+        if not sampling.greedy and (self.path == PathName.BASELINE or self.api == "llama"):
             return rescore_candidates(self.config)
         return self.config.top_k_record
 

@@ -24,6 +24,13 @@ samples, each sample a cluster. Two designs, by what the instrument is:
   against the placebo's (`equiv.verdicts.sampling.placebo`): an error the instrument makes on
   both cancels, and the instrument alone cannot reject.
 
+Over HTTP, in both designs, where the servers report the row each token was sampled from
+(``Capabilities.sampled_rows``: llama-server, for the tokens it samples outside a speculative
+step), the speculative tokens at those positions are also tested one sample against those rows
+(``reported_pit``, tests named ``...:reported``), and the placebo's against its own as their
+check: no re-scoring and no drift come between a token and its row, so such a rejection is the
+sampler's (`equiv.verdicts.sampling.run_verdict`, rule 4).
+
 The tests:
 
 - ``pit``: the randomized PITs' histograms (omnibus: any change of shape);
@@ -59,6 +66,7 @@ import numpy.typing as npt
 from scipy import stats as sps
 
 from equiv.json_types import JSONDict, JSONObject
+from equiv.records import PATHS
 from equiv.records.codec import decode, encode
 from equiv.verdicts.sampling.analysis_record import ScoredTest
 from equiv.verdicts.sampling.fidelity import Fidelity
@@ -78,7 +86,24 @@ from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, randomized_pit
 from equiv.verdicts.stats.result import not_enough
 
-__all__ = ["Design", "PooledAnalysis", "against_rows", "pool", "support_vs_placebo"]
+__all__ = [
+    "REPORTED",
+    "Design",
+    "PooledAnalysis",
+    "against_rows",
+    "is_reported",
+    "pool",
+    "support_vs_placebo",
+]
+
+#: Over HTTP, the PIT entries of the tokens whose sampled-from row the server reported
+#: (`equiv.verdicts.sampling.token_evidence.reported_evidence`).
+REPORTED = "reported_pit"
+
+
+def is_reported(test: ScoredTest) -> bool:
+    """Whether ``test`` is one of the tests against the rows a server reported sampling from."""
+    return test.name.endswith(":reported")
 
 
 class Design(str, enum.Enum):
@@ -325,15 +350,18 @@ def pool(
     design = Design.of(records, has_logits)
     if not records:
         return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out, design=design)
-    instrument: tuple[ScoredTest, ...] = ()
+    checks: list[TestResult] = []  # the placebo's, judging the instrument
     if design.one_sample:
         tests = against_rows(records, "speculative", key, alpha)
-        instrument = tuple(adjusted(against_rows(records, "baseline", key, alpha)))
+        checks = against_rows(records, "baseline", key, alpha)
     else:
         tests = [
             dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
             for t in vs_placebo(records, key, key, alpha, 0.1, "")
         ]
+    if not has_logits and all(REPORTED in r.path(p).pits for r in records for p in PATHS):
+        tests += against_rows(records, "speculative", REPORTED, alpha, label="reported")
+        checks += against_rows(records, "baseline", REPORTED, alpha, label="reported")
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}
@@ -350,5 +378,5 @@ def pool(
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
         design=design,
-        instrument=instrument,
+        instrument=tuple(adjusted(checks)),
     )

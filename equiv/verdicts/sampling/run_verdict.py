@@ -9,7 +9,9 @@ prompts' own labels. In order:
   instrument does not reproduce the engine's sampler), unless a prompt's own comparison with
   the placebo says ``sampler-bug``;
 - ``sampler-bug`` when a pooled test rejects at the pooled level: in process (the speculative
-  samples against the rows they were sampled from) at once; over HTTP (against the re-scored
+  samples against the rows they were sampled from) at once, and so over HTTP where a test
+  against the rows the speculative server reported sampling from rejects (`pooled.REPORTED`);
+  over HTTP otherwise (against the re-scored
   single-token rows, or against the placebo's samples) only if a prompt's own verdict is
   ``sampler-bug`` (its batched follow-up included) or the speculative samples re-scored
   *batched*, as verification evaluates them, still differ from the placebo (the pooled batched
@@ -36,7 +38,7 @@ from equiv.config import Mode
 from equiv.json_types import JSONDict, json_object
 from equiv.records import AnalysisRecord, ResultRecord, RunRecord
 from equiv.records.verdict import Label, Verdict
-from equiv.verdicts.sampling.pooled import Design, PooledAnalysis, pool
+from equiv.verdicts.sampling.pooled import Design, PooledAnalysis, is_reported, pool
 from equiv.verdicts.sampling.run_batched import RunBatched
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats.sequential import Stopping
@@ -90,13 +92,20 @@ _DIFFER = {
 }
 
 
+#: What the tests against the rows a server reported sampling from say where they reject.
+_REPORTED = (
+    "are not draws from the rows the speculative server reported sampling them from, where it "
+    "reported one (the placebo's are from its own)"
+)
+
+
 def _instrument_broken(pooled: PooledAnalysis, n_bug: int, own: str, ev: JSONDict) -> Verdict:
     """Rule 3: the placebo rejects its own rows, so no pooled test is believed."""
     broken = pooled.instrument_rejected()
     shown = "; ".join(f"{t.name} p = {t.p_adjusted:.2g}: {t.summary}" for t in broken)
     rows = (
         "the rows they were sampled from under equiv's chain"
-        if pooled.design is Design.OWN_ROWS
+        if pooled.design is Design.OWN_ROWS or all(is_reported(t) for t in broken)
         else "the target's re-scored rows under equiv's chain"
     )
     why = (
@@ -120,16 +129,23 @@ def _pooled_rejects(
 ) -> Verdict:
     """Rule 4: a pooled test rejects; over HTTP it needs a confirmation."""
     rejects = pooled.rejected()
+    own_rows = [t for t in rejects if is_reported(t)]
     shown = "; ".join(
         f"{t.name} p = {t.p_adjusted:.2g} (Holm, alpha {pooled.alpha:.2g}): {t.summary}"
         for t in rejects
     )
-    found = (
-        f"pooled over the run ({_scope(pooled)}), the speculative samples "
-        f"{_DIFFER[pooled.design]}: {shown}{_where(pooled)}"
-    )
+    differ = _DIFFER[pooled.design] if len(own_rows) < len(rejects) else _REPORTED
+    found = f"pooled over the run ({_scope(pooled)}), the speculative samples {differ}: {shown}"
+    found += _where(pooled)
     if has_logits:
         return Verdict(Label.SAMPLER_BUG, found, ev)
+    if own_rows:  # no re-scoring and no drift between these tokens and their rows
+        return Verdict(
+            Label.SAMPLER_BUG,
+            f"{found}; the tests against the rows the speculative server reported sampling "
+            "from reject, and nothing but its sampler comes between a token and that row",
+            ev,
+        )
     if n_bug:  # each confirmed on its own, batched follow-up included
         return Verdict(Label.SAMPLER_BUG, f"{found}; and {own}", ev)
     label, why = (batched or RunBatched()).answer(pooled.alpha, [t.kind for t in rejects])

@@ -29,7 +29,7 @@ __all__ = ["PathSample", "PitEntry", "Sample"]
 #: ``(a, accepted, q(x))``.
 PitEntry = tuple[float, float, float]
 
-_PITS = ("chain_pit", "target_pit", "batched_pit", "residual_pit")
+_PITS = ("chain_pit", "target_pit", "batched_pit", "residual_pit", "reported_pit")
 _SENSITIVITIES = tuple(key.replace("_pit", "_sensitivity") for key in _PITS)
 _SCORES = tuple(key.replace("_pit", "_score") for key in _PITS)
 #: ``(s, F, t)``: a token's likelihood score for the temperature, its variance and the top

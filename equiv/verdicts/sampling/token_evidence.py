@@ -10,14 +10,16 @@ re-scored rows): what a result record holds beside its generation at temperature
   weighs the top token's indicator by it, `equiv.verdicts.sampling.placebo.quasi_tempering`);
 - `judgement_evidence`: each stage of a rejection sampler, for engines that report judgements;
 - `top_k_rows`: rows rebuilt from a server's top-K log-probabilities where they hold the chain's
-  whole support.
+  whole support;
+- `reported_evidence`: over HTTP, the tokens whose sampled-from row the server reported, under
+  those rows (llama-server: the tokens it sampled outside a speculative step).
 
 Pure functions of rows and tokens; no model is called here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, TypedDict
 
 import numpy as np
@@ -37,6 +39,7 @@ __all__ = [
     "chain_sensitivity",
     "evidence_json",
     "judgement_evidence",
+    "reported_evidence",
     "top_k_rows",
 ]
 
@@ -50,6 +53,9 @@ class PathEvidence(TypedDict, total=False):
     chain_pit: list[list[float]]
     chain_sensitivity: list[float]
     chain_score: list[list[float]]
+    reported_pit: list[list[float]]
+    reported_sensitivity: list[float]
+    reported_score: list[list[float]]
     acceptance: list[list[float]]
     residual_pit: list[list[float]]
     target_pit: list[list[float]]
@@ -109,11 +115,50 @@ def chain_evidence(
     whole vocabulary)."""
     out = TokenEvidence([], [], [])
     for i, (row, token) in enumerate(zip(rows, tokens, strict=True)):
-        ids, probs = chain_distribution(row, tokens[:i], sampling)
-        out.pits.append(_pit(ids, probs, int(token)))
-        sensitivity, score = _tempering(ids, probs, int(token))
-        out.sensitivities.append(sensitivity)
-        out.scores.append(score)
+        _add(out, row, tokens[:i], int(token), sampling)
+    return out
+
+
+def _add(
+    out: TokenEvidence,
+    row: npt.NDArray[np.float32],
+    history: Sequence[int],
+    token: int,
+    sampling: SamplingConfig,
+) -> None:
+    """One position's PIT entry, sensitivity and scores, appended to ``out``."""
+    ids, probs = chain_distribution(row, history, sampling)
+    out.pits.append(_pit(ids, probs, token))
+    sensitivity, score = _tempering(ids, probs, token)
+    out.sensitivities.append(sensitivity)
+    out.scores.append(score)
+
+
+def reported_evidence(
+    alternatives: Sequence[TokenAlternatives],
+    tokens: Sequence[int],
+    sampling: SamplingConfig,
+    whole: Callable[[int], bool],
+) -> TokenEvidence:
+    """`chain_evidence` of the tokens whose sampled-from row a server reported
+    (``Capabilities.sampled_rows``), under those rows, in order; the other positions are left
+    out. A position counts where its row holds at least the chain's ``top_k`` candidates (its
+    whole support: the probabilities are exact) and every candidate is ``whole`` (its bytes
+    complete UTF-8 on their own). llama-server sends no row for a token that leaves a character
+    unfinished, so where a candidate could, whether the row came depends on the token drawn:
+    such a position is left out, reported or not. Otherwise which positions are reported
+    depends on what came before (llama-server: whether it drafted there), not on the draw, so
+    under H0 each counted token is a draw from its row and the one-sample tests hold."""
+    out = TokenEvidence([], [], [])
+    k = sampling.top_k
+    if k <= 0:
+        return out
+    for i, (alt, token) in enumerate(zip(alternatives, tokens, strict=False)):
+        if len(alt.ids) < k or not all(whole(c) for c in alt.ids):
+            continue
+        row = np.full(1 + max(*alt.ids, int(token)), -np.inf, dtype=np.float32)
+        row[list(alt.ids)] = alt.logits
+        _add(out, row, tokens[:i], int(token), sampling)
     return out
 
 

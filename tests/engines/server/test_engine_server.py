@@ -22,7 +22,13 @@ from equiv.cli.main import main
 from equiv.config import Mode, ModelSpec, RunConfig, SamplingConfig
 from equiv.engines import load_factory
 from equiv.engines.base import server_facts
-from equiv.engines.server.api import parse_llama, parse_openai, piece_id, rows_of_tokens
+from equiv.engines.server.api import (
+    candidate_bytes,
+    parse_llama,
+    parse_openai,
+    piece_id,
+    rows_of_tokens,
+)
 from equiv.engines.server.engine import ServerEngine
 from equiv.engines.server.llama_command import detect_flags, llama_server_argv
 from equiv.engines.server.process import ServerProcess, free_port
@@ -399,6 +405,20 @@ def test_rows_that_cannot_be_matched_to_tokens_are_refused(tokens, rows, message
     answer["completion_probabilities"] = _completion(rows)["completion_probabilities"]
     with pytest.raises(EngineError, match=message):
         parse_llama(answer, url="u", n_probs=8)
+
+
+def test_the_candidates_bytes_are_read_from_llama_servers_rows():
+    """Each candidate of a reported row comes with its piece's bytes: what tells whether it
+    could leave a character unfinished (`equiv.verdicts.sampling.token_evidence`)."""
+    answer = {
+        "completion_probabilities": [
+            {"id": 5, "top_logprobs": [{"id": 5, "bytes": [32, 97]}, {"id": 464, "bytes": [226]}]},
+            {"id": 6, "top_logprobs": []},  # a token of a speculative step: no row
+            {"id": 7, "top_logprobs": [{"id": 7, "logprob": -0.1}]},  # no bytes sent
+        ]
+    }
+    assert candidate_bytes(answer) == {5: b" a", 464: b"\xe2"}
+    assert candidate_bytes({"content": ""}) == {}
 
 
 def test_byte_pieces_that_fit_either_way_are_placed_by_llama_servers_rule():

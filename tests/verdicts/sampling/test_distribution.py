@@ -6,11 +6,16 @@ import pytest
 from equiv.config import SamplingConfig
 from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.chain import chain_probs, pit_position
-from equiv.records import Judgement
+from equiv.records import Judgement, TokenAlternatives
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.samples import Sample
-from equiv.verdicts.sampling.token_evidence import chain_pit, judgement_evidence
+from equiv.verdicts.sampling.token_evidence import (
+    chain_evidence,
+    chain_pit,
+    judgement_evidence,
+    reported_evidence,
+)
 from equiv.verdicts.sampling.verdict import classify_sampling
 from equiv.verdicts.stats import (
     acceptance_rate_test,
@@ -160,3 +165,33 @@ def test_judgement_evidence_of_a_correct_rejection_sampler_passes_every_stage():
 def test_each_faulty_rule_fails_the_stage_it_breaks(rule, stage):
     p_values = _stage_p_values(_rejection_sampled(rule))
     assert p_values[stage] < 1e-4, p_values
+
+
+def _top(row, k):
+    order = np.argsort(-row)[:k]
+    return TokenAlternatives(tuple(int(i) for i in order), tuple(float(row[i]) for i in order))
+
+
+def test_reported_evidence_keeps_the_positions_whose_row_is_whole_and_holds_the_chain():
+    """A server's rows: none at a speculative step, too few candidates to hold the chain, or a
+    candidate that could leave a character unfinished (then whether the row came depends on the
+    draw): those positions are left out; the rest are scored as under the full rows."""
+    rng = np.random.default_rng(5)
+    sampling = SamplingConfig(temp=0.8, top_k=4)
+    full = rng.normal(0, 2, (6, 30)).astype(np.float32)
+    tokens = [int(np.argmax(r)) for r in full]
+    alts = [_top(full[0], 6), TokenAlternatives((), ()), _top(full[2], 3)]
+    alts += [_top(full[3], 6), _top(full[4], 6), _top(full[5], 6)]
+    # a byte piece among row 4's candidates (and no other kept row's): any candidate counts
+    (piece, *_) = set(alts[4].ids) - {c for i in (0, 3, 5) for c in alts[i].ids}
+    got = reported_evidence(alts, tokens, sampling, whole=lambda t: t != piece)
+    want = chain_evidence(full, tokens, sampling)
+    kept = [0, 3, 5]
+    assert got.pits == [want.pits[i] for i in kept]
+    assert got.sensitivities == [want.sensitivities[i] for i in kept]
+    assert got.scores == [want.scores[i] for i in kept]
+    assert reported_evidence(alts, tokens, SamplingConfig(temp=0.8, top_k=0), lambda t: True) == (
+        [],
+        [],
+        [],
+    )

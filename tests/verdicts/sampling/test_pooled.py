@@ -23,6 +23,7 @@ from equiv.verdicts.sampling.fidelity import EXACT_TV, Fidelity
 from equiv.verdicts.sampling.pooled import (
     Design,
     PooledAnalysis,
+    is_reported,
     pool,
     support_vs_placebo,
 )
@@ -345,6 +346,71 @@ def test_over_http_a_pooled_rejection_needs_the_batched_follow_up_to_be_a_sample
             run, Counter(), alpha=ALPHA, has_logits=False, batched=cases[-1][0]
         ).verdict.reason
     )
+
+
+def _reported(http, run, every=3):
+    """``http`` (`_http` of ``run``) with the rows a server reported sampling from at every
+    ``every``-th position of each sample (chosen by position, as llama-server's choice depends
+    on what came before): those positions' own evidence as ``reported_*``."""
+
+    def add(moved, own):
+        def part(entries):
+            return tuple(e for i, e in enumerate(entries) if i % every == 0)
+
+        return dataclasses.replace(
+            moved,
+            pits={**moved.pits, "reported_pit": part(own.pits["chain_pit"])},
+            sensitivities={
+                **moved.sensitivities,
+                "reported_sensitivity": part(own.sensitivities["chain_sensitivity"]),
+            },
+            scores={**moved.scores, "reported_score": part(own.scores["chain_score"])},
+        )
+
+    return {
+        k: [
+            dataclasses.replace(
+                h,
+                baseline=add(h.baseline, o.baseline),
+                speculative=add(h.speculative, o.speculative),
+            )
+            for h, o in zip(samples, run[k], strict=True)
+        ]
+        for k, samples in http.items()
+    }
+
+
+@pytest.mark.parametrize("fidelity", [_fidelity(0.0), None])
+def test_over_http_a_rejection_against_the_rows_the_server_reported_is_the_samplers(fidelity):
+    """Where the speculative server reported the row a token was sampled from, nothing but its
+    sampler lies between them: a rejection there is a sampler bug without the batched
+    follow-up, in both designs; a correct sampler's run is judged as without those rows."""
+    faulty = simulate(8, 16, "greedy")
+    judged = judge_run(
+        _reported(_http(faulty, fidelity), faulty), Counter(), alpha=ALPHA, has_logits=False
+    )
+    assert any(is_reported(t) for t in judged.pooled.rejected())
+    assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
+    assert "reported sampling from reject" in judged.verdict.reason
+    correct = simulate(8, 32)
+    plain = judge_run(_http(correct, fidelity), Counter(), alpha=ALPHA, has_logits=False)
+    reported = judge_run(
+        _reported(_http(correct, fidelity), correct), Counter(), alpha=ALPHA, has_logits=False
+    )
+    assert not reported.pooled.rejected()
+    assert {t.name for t in reported.pooled.tests} > {t.name for t in plain.pooled.tests}
+    assert reported.verdict.label is plain.verdict.label, reported.verdict.reason
+
+
+def test_a_placebo_that_fails_the_rows_its_server_reported_is_never_a_sampler_bug():
+    """Both paths sampling otherwise than their reported rows say (equiv's chain is not the
+    server's): the placebo's check rejects, so the speculative path's rejection is not
+    believed."""
+    run = simulate(8, 16, "greedy", placebo="greedy")
+    judged = judge_run(_reported(_http(run, None), run), Counter(), alpha=ALPHA, has_logits=False)
+    assert any(is_reported(t) for t in judged.pooled.instrument_rejected())
+    assert judged.verdict.label is Label.INCONCLUSIVE, judged.verdict.reason
+    assert "the rows they were sampled from" in judged.verdict.reason
 
 
 def test_the_prompts_labels_speak_where_the_pool_does_not(placebo_run):
