@@ -4,10 +4,10 @@ prompts' own labels. In order:
 - ``misconfiguration`` when the two paths' fingerprints differ;
 - ``inconclusive`` when no prompt could be pooled (no placebo anywhere: re-scoring not offered
   or failed on every prompt);
-- ``inconclusive`` where the pooled tests are one-sample (in process, or over HTTP with the
-  re-scoring measured exact) and the placebo's samples fail them against their own rows (the
-  instrument does not reproduce the engine's sampler), unless a prompt's own comparison with
-  the placebo says ``sampler-bug``;
+- ``inconclusive`` where a pooled test is one-sample (in process, over HTTP with the
+  re-scoring measured exact, and the tests against the rows a server reported) and the
+  placebo's samples fail it against their own rows (the instrument does not reproduce the
+  engine's sampler), unless a prompt's own comparison with the placebo says ``sampler-bug``;
 - ``sampler-bug`` when a pooled test rejects at the pooled level: in process (the speculative
   samples against the rows they were sampled from) at once, and so over HTTP where a test
   against the rows the speculative server reported sampling from rejects (`pooled.REPORTED`);
