@@ -243,7 +243,8 @@ class RescoreCost:
 
 @runtime_checkable
 class PieceBytes(Protocol):
-    """An engine that knows the bytes of the candidates in the rows it reported."""
+    """An engine that knows the bytes of the candidates in the rows it reported, and of the
+    tokens it emitted where it can."""
 
     def candidate_bytes(self, token: int) -> bytes:
         """The token's bytes; empty where unknown."""

@@ -190,7 +190,7 @@ class SamplingJudge:
             samples, labels, alpha=alpha, has_logits=has_logits, differences=differences
         )
         # confirmed already: by a prompt's own follow-up, or by the rows the server reported
-        rejects = run.pooled.rejected()
+        rejects = run.pooled.believed().rejected()
         confirmed = labels.get(Label.SAMPLER_BUG, 0) > 0 or any(is_reported(t) for t in rejects)
         if not has_logits and rejects and not confirmed and not differences:
             batched = self._run_batched(by_prompt, samples, run.pooled)

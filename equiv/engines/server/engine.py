@@ -118,10 +118,7 @@ class ServerEngine:
             deterministic_seed=self.api == "llama",
             rescoring=self._rescorer is not None,
             token_ids=bool(self._facts.get("token_ids", True)),
-            # llama-server reports the raw row a token was sampled from, and only such rows
-            # (tools/server/server-context.cpp, populate_token_probs), each candidate with its
-            # bytes
-            sampled_rows=self.api == "llama",
+            sampled_rows=self.api == "llama",  # server-context.cpp, populate_token_probs
         )
 
     # -- inspecting the server ---------------------------------------------------------------
@@ -239,9 +236,12 @@ class ServerEngine:
         return vocab[token] if 0 <= token < len(vocab) else b""
 
     def candidate_bytes(self, token: int) -> bytes:
-        """The bytes llama-server sent for ``token`` as a candidate of a row it reported
-        (`PieceBytes`: where a row's candidates are told whole); empty where it sent none."""
-        return self._candidates.get(token, b"")
+        """``token``'s bytes as llama-server sent them for a candidate of a row, else from the
+        target's GGUF where equiv has it (`PieceBytes`); empty where neither knows."""
+        known = self._candidates.get(token)
+        if known is None and not self.config.target.served:
+            known = self.token_bytes(token)
+        return known or b""
 
     # -- generation --------------------------------------------------------------------------
     def _complete(

@@ -24,12 +24,9 @@ samples, each sample a cluster. Two designs, by what the instrument is:
   against the placebo's (`equiv.verdicts.sampling.placebo`): an error the instrument makes on
   both cancels, and the instrument alone cannot reject.
 
-Over HTTP, in both designs, where the servers report the row each token was sampled from
-(``Capabilities.sampled_rows``: llama-server, for the tokens it samples outside a speculative
-step), the speculative tokens at those positions are also tested one sample against those rows
-(``reported_pit``, tests named ``...:reported``), and the placebo's against its own as their
-check: no re-scoring and no drift come between a token and its row, so such a rejection is the
-sampler's (`equiv.verdicts.sampling.run_verdict`, rule 4).
+Over HTTP, where the servers report the rows tokens were sampled from (llama-server: outside a
+speculative step), those speculative tokens are also tested against them (``:reported``), the
+placebo's against its own as their check: nothing but the sampler lies between (rule 4).
 
 The tests:
 
@@ -158,8 +155,9 @@ class PooledAnalysis:
     carriers: tuple[tuple[str, float], ...] = ()
     #: what the tests compare; records written before it read as `Design.VS_PLACEBO`
     design: Design = Design.VS_PLACEBO
-    #: in process, the placebo's (the baseline's) one-sample tests under its own rows: one
-    #: that rejects says the instrument does not reproduce the engine's sampler
+    #: the placebo's (the baseline's) one-sample tests under its own rows (in process, exact
+    #: re-scoring, the rows a server reported): one that rejects says the instrument does not
+    #: reproduce the engine's sampler
     instrument: tuple[ScoredTest, ...] = ()
 
     def rejected(self) -> list[ScoredTest]:
@@ -167,6 +165,17 @@ class PooledAnalysis:
 
     def instrument_rejected(self) -> list[ScoredTest]:
         return [t for t in self.instrument if t.p_adjusted < self.alpha]
+
+    def believed(self) -> PooledAnalysis:
+        """Without the ``:reported`` tests where the placebo fails them on its own rows (the
+        others stand: their Holm family counted the ones left out)."""
+        if not any(is_reported(t) for t in self.instrument_rejected()):
+            return self
+        return dataclasses.replace(
+            self,
+            tests=tuple(t for t in self.tests if not is_reported(t)),
+            instrument=tuple(t for t in self.instrument if not is_reported(t)),
+        )
 
     def seeds_needed(self) -> int | None:
         """The seeds a prompt that would bring every bound within its margin, if the estimates
@@ -359,9 +368,10 @@ def pool(
             dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
             for t in vs_placebo(records, key, key, alpha, 0.1, "")
         ]
-    if not has_logits and all(REPORTED in r.path(p).pits for r in records for p in PATHS):
+    reported: list[TestResult] = []  # the placebo's against its reported rows, its own family
+    if not has_logits and _has_reported(records):
         tests += against_rows(records, "speculative", REPORTED, alpha, label="reported")
-        checks += against_rows(records, "baseline", REPORTED, alpha, label="reported")
+        reported = against_rows(records, "baseline", REPORTED, alpha, label="reported")
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}
@@ -378,5 +388,13 @@ def pool(
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
         design=design,
-        instrument=tuple(adjusted(checks)),
+        instrument=(*adjusted(checks), *adjusted(reported)),
     )
+
+
+def _has_reported(records: Sequence[Sample]) -> bool:
+    """Every sample carries the rows its servers reported, and some were kept on each path
+    (which were depends on the rows, not on the draws)."""
+    if not all(REPORTED in r.path(p).pits for r in records for p in PATHS):
+        return False
+    return all(any(r.path(p).pits[REPORTED] for r in records) for p in PATHS)

@@ -4,10 +4,11 @@ prompts' own labels. In order:
 - ``misconfiguration`` when the two paths' fingerprints differ;
 - ``inconclusive`` when no prompt could be pooled (no placebo anywhere: re-scoring not offered
   or failed on every prompt);
-- ``inconclusive`` where a pooled test is one-sample (in process, over HTTP with the
-  re-scoring measured exact, and the tests against the rows a server reported) and the
-  placebo's samples fail it against their own rows (the instrument does not reproduce the
-  engine's sampler), unless a prompt's own comparison with the placebo says ``sampler-bug``;
+- ``inconclusive`` where a pooled test is one-sample (in process, or over HTTP with the
+  re-scoring measured exact) and the placebo's samples fail it against their own rows (the
+  instrument does not reproduce the engine's sampler), unless a prompt's own comparison with
+  the placebo says ``sampler-bug``; where they fail only the tests against the rows a server
+  reported, those are left out (`PooledAnalysis.believed`) and the rest judged;
 - ``sampler-bug`` when a pooled test rejects at the pooled level: in process (the speculative
   samples against the rows they were sampled from) at once, and so over HTTP where a test
   against the rows the speculative server reported sampling from rejects (`pooled.REPORTED`);
@@ -192,6 +193,29 @@ def classify_run(
     batched: RunBatched | None = None,
 ) -> Verdict:
     """The run's verdict (the rules in order: this module's docstring)."""
+    believed = pooled.believed()
+    verdict = _classify(believed, prompt_labels, differences, has_logits, batched)
+    if believed is pooled:
+        return verdict
+    shown = "; ".join(
+        f"placebo {t.name} p = {t.p_adjusted:.2g}"
+        for t in pooled.instrument_rejected()
+        if is_reported(t)
+    )
+    why = (
+        f"{verdict.reason}; the tests against the rows the servers reported sampling from are "
+        f"left out: the placebo's own samples fail them ({shown})"
+    )
+    return Verdict(verdict.label, why, verdict.evidence)
+
+
+def _classify(
+    pooled: PooledAnalysis,
+    prompt_labels: Counter[Label],
+    differences: Sequence[str],
+    has_logits: bool,
+    batched: RunBatched | None,
+) -> Verdict:
     ev = _evidence(prompt_labels)
     if differences:
         return misconfiguration(differences, "the pooled tests were not asked")

@@ -3,7 +3,8 @@ per path.
 
 A result record holds, per path beside the generation, the evidence of `equiv.run.evidence`:
 PIT entries under one instrument or another (``chain_pit``, ``target_pit``, ``batched_pit``,
-``residual_pit``: ``[mass before, p of the token, p of the top token]`` per token), the
+``residual_pit``: ``[mass before, p of the token, p of the top token]`` per token;
+``reported_pit``: only the tokens whose row a server reported sampling from), the
 sensitivities beside them (``chain_sensitivity``, ...), a rejection sampler's judgements
 (``acceptance``: ``[a, accepted, q(x)]`` per judged draft token), a failed re-scoring
 (``rescore_error``). `Sample.from_dict` reads them from the record as the file holds it (a JSON

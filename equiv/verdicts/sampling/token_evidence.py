@@ -27,7 +27,7 @@ import numpy.typing as npt
 from scipy.special import ndtri
 
 from equiv.config import SamplingConfig
-from equiv.engines.chain import chain_distribution, pit_position
+from equiv.engines.chain import chain_distribution, penalised, pit_position
 from equiv.json_types import JSONDict
 from equiv.records import Judgement, TokenAlternatives
 
@@ -148,13 +148,18 @@ def reported_evidence(
     unfinished, so where a candidate could, whether the row came depends on the token drawn:
     such a position is left out, reported or not. Otherwise which positions are reported
     depends on what came before (llama-server: whether it drafted there), not on the draw, so
-    under H0 each counted token is a draw from its row and the one-sample tests hold."""
+    under H0 each counted token is a draw from its row and the one-sample tests hold. So too
+    where the text before ends inside a character: llama-server judges a text finished by its
+    last 4 bytes, so a position counts only after 4 tokens known whole (or the sample's start).
+    None count under a repetition penalty: the server's window holds the prompt, equiv's not."""
     out = TokenEvidence([], [], [])
     k = sampling.top_k
-    if k <= 0:
+    if k <= 0 or penalised(sampling):
         return out
     for i, (alt, token) in enumerate(zip(alternatives, tokens, strict=False)):
         if len(alt.ids) < k or not all(whole(c) for c in alt.ids):
+            continue
+        if not all(whole(t) for t in tokens[max(0, i - 4) : i]):
             continue
         row = np.full(1 + max(*alt.ids, int(token)), -np.inf, dtype=np.float32)
         row[list(alt.ids)] = alt.logits

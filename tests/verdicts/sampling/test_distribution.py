@@ -195,3 +195,24 @@ def test_reported_evidence_keeps_the_positions_whose_row_is_whole_and_holds_the_
         [],
         [],
     )
+
+
+def test_reported_evidence_waits_four_whole_tokens_after_a_piece_and_skips_penalties():
+    """llama-server judges a text finished by its last 4 bytes: after a token that is not whole
+    on its own, whether the next rows come depends on the draws, so 4 positions are left out;
+    under a repetition penalty the server's window (the prompt too) is not equiv's: none."""
+    rng = np.random.default_rng(6)
+    sampling = SamplingConfig(temp=0.8, top_k=4)
+    full = rng.normal(0, 2, (8, 30)).astype(np.float32)
+    tokens = [int(np.argmax(r)) for r in full]
+    alts = [_top(row, 6) for row in full]
+    piece = tokens[2]  # an emitted byte piece; rows holding it as a candidate are left out too
+    kept_if = {i for i, a in enumerate(alts) if piece not in a.ids}
+    assert tokens.count(piece) == 1
+    assert {0, 1, 7} <= kept_if
+    got = reported_evidence(alts, tokens, sampling, whole=lambda t: t != piece)
+    want = chain_evidence(full, tokens, sampling)
+    kept = [i for i in range(8) if i in kept_if and not 3 <= i <= 6]
+    assert got.pits == [want.pits[i] for i in kept]
+    penalised = SamplingConfig(temp=0.8, top_k=4, repeat_penalty=1.1)
+    assert reported_evidence(alts, tokens, penalised, lambda t: True) == ([], [], [])

@@ -404,13 +404,35 @@ def test_over_http_a_rejection_against_the_rows_the_server_reported_is_the_sampl
 
 def test_a_placebo_that_fails_the_rows_its_server_reported_is_never_a_sampler_bug():
     """Both paths sampling otherwise than their reported rows say (equiv's chain is not the
-    server's): the placebo's check rejects, so the speculative path's rejection is not
-    believed."""
+    server's): the placebo's check rejects, so the ``:reported`` tests are left out, and the
+    comparison with the placebo, which that error does not touch, stands."""
     run = simulate(8, 16, "greedy", placebo="greedy")
     judged = judge_run(_reported(_http(run, None), run), Counter(), alpha=ALPHA, has_logits=False)
     assert any(is_reported(t) for t in judged.pooled.instrument_rejected())
-    assert judged.verdict.label is Label.INCONCLUSIVE, judged.verdict.reason
-    assert "the rows they were sampled from" in judged.verdict.reason
+    assert any(is_reported(t) for t in judged.pooled.rejected())
+    assert judged.verdict.label is not Label.SAMPLER_BUG, judged.verdict.reason
+    assert "the placebo's own samples fail them" in judged.verdict.reason
+
+
+def test_no_reported_tests_where_no_row_was_kept():
+    """Rows that hold none of the chain's support, or a server that sends no bytes: no
+    position counts, and the Holm family keeps its own tests alone."""
+    run = simulate(4, 8)
+    none = _reported(_http(run, None), run, every=10**6)  # position 0 only
+    emptied = {
+        k: [
+            dataclasses.replace(
+                s,
+                speculative=dataclasses.replace(
+                    s.speculative, pits={**s.speculative.pits, "reported_pit": ()}
+                ),
+            )
+            for s in v
+        ]
+        for k, v in none.items()
+    }
+    names = {t.name for t in pool(emptied, alpha=ALPHA, has_logits=False).tests}
+    assert not any(name.endswith(":reported") for name in names)
 
 
 def test_the_prompts_labels_speak_where_the_pool_does_not(placebo_run):
