@@ -11,7 +11,8 @@ two engines and the configuration and gathers, per result:
 - at temp > 0, each sample's chain PIT under the rows its path used, a rejection sampler's
   judgements, both paths' samples re-scored single-token (the speculative ones to test, the
   baseline's as their placebo) with the drift and the re-scoring's fidelity
-  (`Evidence.of_samples`);
+  (`Evidence.of_samples`; in process, where the rows sampled from are at hand, on the first
+  `RESCORED_SEEDS` seeds only);
 
 and per sampled prompt the batched follow-up (`Evidence.batched`). The numbers themselves are
 computed by `equiv.verdicts`; a failed re-scoring is recorded, never raised.
@@ -53,7 +54,13 @@ from equiv.verdicts.sampling.token_evidence import (
 )
 from equiv.verdicts.temp0.drift import drift_metrics
 
-__all__ = ["BatchOnce", "Evidence", "SampleEvidence", "whole_piece"]
+__all__ = ["RESCORED_SEEDS", "BatchOnce", "Evidence", "SampleEvidence", "whole_piece"]
+
+#: In process each path's samples are tested against the rows they were sampled from, so the
+#: target's single-token re-scoring only measures the speculative rows' drift and the
+#: re-scoring's fidelity: properties of the deployment, measured on each prompt's first seeds.
+#: A re-scored token costs a one-token evaluation, as much as generating it.
+RESCORED_SEEDS = 4
 
 
 def whole_piece(data: bytes) -> bool:
@@ -160,14 +167,24 @@ class Evidence:
         return ArgmaxFlips.of(base.tokens, rows)
 
     # -- temp > 0 ----------------------------------------------------------------------------
+    def rescores(self, seed: int | None, base: Generation, spec: Generation) -> bool:
+        """Whether a sample's tokens are re-scored: over HTTP always (the re-scored rows are the
+        instrument); in process, where both paths carry the rows they sampled from, for the
+        first `RESCORED_SEEDS` of the run's seeds only."""
+        if base.logits is None or spec.logits is None:
+            return True
+        seeds = self.config.seeds
+        return seed not in seeds or seeds.index(seed) < RESCORED_SEEDS
+
     def of_samples(
-        self, prompt: Sequence[int], base: Generation, spec: Generation
+        self, prompt: Sequence[int], base: Generation, spec: Generation, *, rescore: bool = True
     ) -> SampleEvidence:
         """Both samples' evidence: the chain's PIT under the rows each path used (a server's
         baseline: its top-K where it covers the chain), the judgements of a rejection sampler,
-        and both samples re-scored by the target one token at a time, exactly as the baseline
-        evaluates: the speculative one to test, the baseline's as its placebo (the same
-        instrument on a sample whose rows are known), with the re-scoring's fidelity there."""
+        and (``rescore``, `rescores`) both samples re-scored by the target one token at a time,
+        exactly as the baseline evaluates: the speculative one to test, the baseline's as its
+        placebo (the same instrument on a sample whose rows are known), with the re-scoring's
+        fidelity there."""
         paths = {
             path: self._own_rows(gen, path)
             for gen, path in ((base, "baseline"), (spec, "speculative"))
@@ -178,7 +195,7 @@ class Evidence:
                 judgement_evidence(spec.logits, spec.tokens, spec.judgements, sampling)
             )
         drift = fidelity = None
-        if rescorer(self.baseline) is not None:
+        if rescore and rescorer(self.baseline) is not None:
             for gen, path in ((spec, "speculative"), (base, "baseline")):
                 if not gen.tokens:  # nothing to score: an empty sample keeps the placebo whole
                     paths[path].update(

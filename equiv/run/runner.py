@@ -300,7 +300,8 @@ class Runner:
             if rescore is not None and base.tokens and not self.differences:
                 placebo = self.evidence.drift_placebo(tokens, base, rescore)
         else:
-            sampled = self.evidence.of_samples(tokens, base, spec)
+            rescores = self.evidence.rescores(item.seed, base, spec)
+            sampled = self.evidence.of_samples(tokens, base, spec, rescore=rescores)
             if sampled.fidelity is not None:
                 extra["rescore_fidelity"] = sampled.fidelity.to_dict()
         if (cost := self.evidence.take_cost()) is not None:

@@ -3,14 +3,17 @@ for re-scoring, what it records when that fails, and what re-scoring cost."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
-from toy_engines import CONFIG, Plain, Served
+from toy_engines import CONFIG, VOCAB, Plain, Served
 
 from equiv.config import Mode
 from equiv.engines.base import Capabilities, RescoreCost
 from equiv.errors import ConfigError, EngineError
 from equiv.records import Generation
-from equiv.run.evidence import BatchOnce, Evidence
+from equiv.run.evidence import RESCORED_SEEDS, BatchOnce, Evidence
 
 
 def _generation(path: str, tokens: tuple[int, ...]) -> Generation:
@@ -95,3 +98,23 @@ def test_sample_evidence_scores_both_paths_and_stops_at_a_failed_rescoring():
     failed = Evidence(Plain(fail=True), Plain("speculative"), CONFIG).of_samples([1], base, spec)
     assert failed.paths == {"speculative": {"rescore_error": "the server timed out"}}
     assert failed.fidelity is None
+
+
+def test_in_process_only_each_prompts_first_seeds_are_rescored():
+    """Where both paths carry the rows they sampled from, re-scoring measures only the drift and
+    the fidelity: the first `RESCORED_SEEDS` seeds; over HTTP every seed (its instrument)."""
+    config = dataclasses.replace(CONFIG, seeds=tuple(range(11, 11 + RESCORED_SEEDS + 2)))
+    evidence = Evidence(Plain(), Plain("speculative"), config)
+    base, spec = _generation("baseline", (2, 3)), _generation("speculative", (4,))
+    assert all(evidence.rescores(seed, base, spec) for seed in config.seeds)
+    rows = np.zeros((2, VOCAB), dtype=np.float32)
+    base = dataclasses.replace(base, logits=rows)
+    spec = dataclasses.replace(spec, logits=rows[:1])
+    chosen = [evidence.rescores(seed, base, spec) for seed in config.seeds]
+    assert chosen == [True] * RESCORED_SEEDS + [False, False]
+    kept = evidence.of_samples([1], base, spec, rescore=False)
+    for path, gen in (("baseline", base), ("speculative", spec)):
+        assert "target_pit" not in kept.paths[path]
+        assert len(kept.paths[path]["chain_pit"]) == gen.n_tokens
+    assert kept.drift is None
+    assert kept.fidelity is None

@@ -115,11 +115,13 @@ def _output_tests(
         )
     ]
     lengths = {p: [len(r.path(p).tokens) for r in records] for p in ("baseline", "speculative")}
-    # Both paths' samples under one scorer: the target's single-token re-scoring where both
-    # have it (in process too: the speculative path's own rows are batched), else the pipeline.
-    scorer = pipeline(records, has_logits=False) if len(pipeline(records, False)) == 2 else keys
+    # Both paths' samples under one scorer: the target's single-token re-scoring, on the
+    # samples that have it on both paths (in process only the first seeds: the speculative
+    # path's own rows are batched, another instrument), else the pipeline.
+    rescored = [r for r in records if len(pipeline([r], has_logits=False)) == 2]
+    scorer = pipeline(rescored, has_logits=False) if rescored else keys
     if len(scorer) == 2:
-        scored = {p: [_loglik(r, p, scorer[p]) for r in records] for p in scorer}
+        scored = {p: [_loglik(r, p, scorer[p]) for r in rescored or records] for p in scorer}
         logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
         tests.append(
             renamed(
