@@ -176,8 +176,11 @@ def _add_diagnose(sub: _Subcommands) -> None:
         "6 prompts over code, reasoning, chat and two languages.",
     )
     diag.add_argument("--dry-run", action="store_true", help="only parse, map and list findings")
-    # the run's own options, one declaration (diagnose: 6 default prompts, not every suite)
-    add_arguments(diag, shared("prompt", "max-tokens", "seeds", "looks"), with_defaults=True)
+    # the run's own options, one declaration (diagnose: 6 default prompts, not every suite; a
+    # budget of seeds in looks, the run stopped at its first conclusive answer and each round
+    # after the first given to the prompts that carry the evidence)
+    options = shared("prompt", "max-tokens", "seeds", "looks", seeds=64, looks=4)
+    add_arguments(diag, options, with_defaults=True)
     diag.add_argument("--out", metavar="DIR", help="results (default: reports/diagnose-<time>)")
     diag.add_argument(
         "--server-bin",

@@ -322,7 +322,7 @@ def test_diagnose_takes_the_run_options_from_the_one_table() -> None:
         assert diagnose[dest].option_strings == [f"--{table[dest].name}"], dest
     assert diagnose["seeds"].type is table["seeds"].type
     args = parser.parse_args(["diagnose", "--", "llama-server", "-m", "t.gguf"])
-    assert (args.seeds, args.looks, args.prompt, args.max_tokens) == (32, 1, None, None)
+    assert (args.seeds, args.looks, args.prompt, args.max_tokens) == (64, 4, None, None)
 
 
 def test_the_users_speculative_type_is_what_their_server_runs(tmp_path) -> None:
