@@ -249,9 +249,10 @@ class Evidence:
             )
             out.update(
                 PathEvidence(
-                    reported_pit=reported.pits,
-                    reported_sensitivity=reported.sensitivities,
-                    reported_score=reported.scores,
+                    reported_pit=reported.evidence.pits,
+                    reported_sensitivity=reported.evidence.sensitivities,
+                    reported_score=reported.evidence.scores,
+                    reported_positions=reported.positions,
                 )
             )
         return out

@@ -64,8 +64,9 @@ from scipy import stats as sps
 
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import PATHS
-from equiv.records.codec import decode, encode
+from equiv.records.codec import OMIT, decode, encode
 from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.drift_shift import DriftShift, drift_shift
 from equiv.verdicts.sampling.fidelity import Fidelity
 from equiv.verdicts.sampling.pit_tests import (
     adjusted,
@@ -78,7 +79,13 @@ from equiv.verdicts.sampling.pit_tests import (
     vs_placebo,
 )
 from equiv.verdicts.sampling.placebo import quasi_tempering, tempering, top_excess
-from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect
+from equiv.verdicts.sampling.pooled_bounds import (
+    MARGINS,
+    Bound,
+    Effect,
+    clopper_pearson,
+    difference_interval,
+)
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult, randomized_pit
 from equiv.verdicts.stats.result import not_enough
@@ -159,6 +166,8 @@ class PooledAnalysis:
     #: re-scoring, the rows a server reported): one that rejects says the instrument does not
     #: reproduce the engine's sampler
     instrument: tuple[ScoredTest, ...] = ()
+    #: over HTTP, what the re-scored rows move the temperature estimate by (`drift_shift`)
+    drift: DriftShift | None = dataclasses.field(default=None, metadata={OMIT: None})
 
     def rejected(self) -> list[ScoredTest]:
         return [t for t in self.tests if t.p_adjusted < self.alpha]
@@ -199,7 +208,8 @@ class PooledAnalysis:
             f"placebo {t.name} (the instrument's check): Holm p {t.p_adjusted:.3g}"
             for t in self.instrument
         ]
-        return (head, *tests, *placebo, *(b.line for b in self.bounds))
+        drift = () if self.drift is None else (self.drift.line,)
+        return (head, *tests, *placebo, *(b.line for b in self.bounds), *drift)
 
     def to_dict(self) -> JSONDict:
         return encode(self)
@@ -226,24 +236,6 @@ def support_vs_placebo(
         f"exact binomial test of the speculative share of the {a + b} given {share:.3f}"
     )
     return TestResult(name, float(a), p_value, alpha, n_s + n_b, None, None, a / n_s, detail)
-
-
-def _interval(
-    estimates: tuple[float, float, int], placebo: tuple[float, float, int], alpha: float
-) -> tuple[float, float, float]:
-    """The difference of two cluster estimates ``(θ, var, m)`` and its ``1 - 2 alpha``
-    interval (Student's t with ``min(m) - 1`` degrees of freedom)."""
-    diff = estimates[0] - placebo[0]
-    df = max(min(estimates[2], placebo[2]) - 1, 1)
-    half = float(sps.t.isf(alpha, df)) * math.sqrt(estimates[1] + placebo[1])
-    return diff, diff - half, diff + half
-
-
-def _cp(k: int, n: int, alpha: float) -> tuple[float, float]:
-    """The one-sided Clopper-Pearson bounds ``(low, high)`` of ``k`` in ``n``, each at ``alpha``."""
-    low = 0.0 if k == 0 else float(sps.beta.ppf(alpha, k, n - k + 1))
-    high = 1.0 if k == n else float(sps.beta.isf(alpha, k + 1, n - k))
-    return low, high
 
 
 #: Each path's PIT entries, the sample of each token and the sensitivities (`tokens_of`).
@@ -277,7 +269,7 @@ def _bounds(
         estimates: Sequence[tuple[float, float, int]],
     ) -> tuple[float, float, float]:
         zero = (0.0, 0.0, estimates[0][2])  # the rows themselves: no error to add
-        return _interval(estimates[0], zero if own_rows else estimates[1], alpha)
+        return difference_interval(estimates[0], zero if own_rows else estimates[1], alpha)
 
     top = [top_excess(p[:, 0] == 0.0, p[:, 2], ids) for p, ids, _ in data.values()]
     diff, low, high = against(top)
@@ -298,8 +290,8 @@ def _bounds(
         bounds.append(Bound(Effect.TEMPERATURE, diff, low, high, MARGINS[Effect.TEMPERATURE]))
     (ps, _, _), (pb, _, _) = data.values()
     a, b = int(np.sum(ps[:, 1] == 0.0)), int(np.sum(pb[:, 1] == 0.0))
-    lo_s, hi_s = _cp(a, len(ps), alpha / 2)
-    lo_b, hi_b = (0.0, 0.0) if own_rows else _cp(b, len(pb), alpha / 2)
+    lo_s, hi_s = clopper_pearson(a, len(ps), alpha / 2)
+    lo_b, hi_b = (0.0, 0.0) if own_rows else clopper_pearson(b, len(pb), alpha / 2)
     support = a / len(ps) - (0.0 if own_rows else b / len(pb))
     bounds.append(Bound(Effect.SUPPORT, support, lo_s - hi_b, hi_s - lo_b, MARGINS[Effect.SUPPORT]))
     return tuple(bounds)
@@ -369,9 +361,11 @@ def pool(
             for t in vs_placebo(records, key, key, alpha, 0.1, "")
         ]
     reported: list[TestResult] = []  # the placebo's against its reported rows, its own family
+    drift = None
     if not has_logits and _has_reported(records):
         tests += against_rows(records, "speculative", REPORTED, alpha, label="reported")
         reported = against_rows(records, "baseline", REPORTED, alpha, label="reported")
+        drift = drift_shift(records, alpha)
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}
@@ -389,6 +383,7 @@ def pool(
         carriers=_carriers(pooled, key, alpha),
         design=design,
         instrument=(*adjusted(checks), *adjusted(reported)),
+        drift=drift,
     )
 
 

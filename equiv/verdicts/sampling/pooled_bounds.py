@@ -9,10 +9,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from scipy import stats as sps
+
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records.codec import decode, encode
 
-__all__ = ["MARGINS", "Bound", "Effect"]
+__all__ = ["MARGINS", "Bound", "Effect", "clopper_pearson", "difference_interval"]
 
 
 class Effect(str, enum.Enum):
@@ -84,3 +86,21 @@ class Bound:
     @classmethod
     def from_dict(cls, data: JSONObject) -> Bound:
         return decode(cls, data, "bound")
+
+
+def difference_interval(
+    estimates: tuple[float, float, int], placebo: tuple[float, float, int], alpha: float
+) -> tuple[float, float, float]:
+    """The difference of two cluster estimates ``(θ, var, m)`` and its ``1 - 2 alpha``
+    interval (Student's t with ``min(m) - 1`` degrees of freedom)."""
+    diff = estimates[0] - placebo[0]
+    df = max(min(estimates[2], placebo[2]) - 1, 1)
+    half = float(sps.t.isf(alpha, df)) * math.sqrt(estimates[1] + placebo[1])
+    return diff, diff - half, diff + half
+
+
+def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
+    """The one-sided Clopper-Pearson bounds ``(low, high)`` of ``k`` in ``n``, each at ``alpha``."""
+    low = 0.0 if k == 0 else float(sps.beta.ppf(alpha, k, n - k + 1))
+    high = 1.0 if k == n else float(sps.beta.isf(alpha, k + 1, n - k))
+    return low, high

@@ -4,12 +4,13 @@ per path.
 A result record holds, per path beside the generation, the evidence of `equiv.run.evidence`:
 PIT entries under one instrument or another (``chain_pit``, ``target_pit``, ``batched_pit``,
 ``residual_pit``: ``[mass before, p of the token, p of the top token]`` per token;
-``reported_pit``: only the tokens whose row a server reported sampling from), the
-sensitivities beside them (``chain_sensitivity``, ...), a rejection sampler's judgements
-(``acceptance``: ``[a, accepted, q(x)]`` per judged draft token), a failed re-scoring
-(``rescore_error``). `Sample.from_dict` reads them from the record as the file holds it (a JSON
-boundary: what it does not know it leaves); the tests of `equiv.verdicts.sampling.pit_tests` and
-`equiv.verdicts.sampling.prompt_analysis` read the typed sample. A key that is present with no
+``reported_pit``: only the tokens whose row a server reported sampling from, at
+``reported_positions``), the sensitivities beside them (``chain_sensitivity``, ...), a
+rejection sampler's judgements (``acceptance``: ``[a, accepted, q(x)]`` per judged draft
+token), a failed re-scoring (``rescore_error``). `Sample.from_dict` reads them from the record
+as the file holds it (a JSON boundary: what it does not know it leaves); the tests of
+`equiv.verdicts.sampling.pit_tests` and `equiv.verdicts.sampling.prompt_analysis` read the
+typed sample. A key that is present with no
 entries (an empty sample re-scored) is kept apart from one that is absent (not re-scored).
 """
 
@@ -70,12 +71,16 @@ class PathSample:
     scores: Mapping[str, tuple[Score, ...]] = field(default_factory=dict)
     acceptance: tuple[PitEntry, ...] | None = None  # None: the engine reports no judgements
     rescore_error: str | None = None
+    #: The token indices of ``reported_pit``'s entries; None in files written before equiv
+    #: recorded them.
+    reported_positions: tuple[int, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> PathSample:
         """One path of a result record as the file holds it (``tokens`` required)."""
         acceptance = data.get("acceptance")
         error = data.get("rescore_error")
+        positions = data.get("reported_positions")
         return cls(
             tokens=tuple(json_int(t) for t in json_list(data["tokens"])),
             pits={k: _read_entries(data[k]) for k in _PITS if k in data},
@@ -83,6 +88,9 @@ class PathSample:
             scores={k: _read_scores(data[k]) for k in _SCORES if k in data},
             acceptance=None if acceptance is None else _read_entries(acceptance),
             rescore_error=None if error is None else str(error),
+            reported_positions=(
+                None if positions is None else tuple(json_int(i) for i in json_list(positions))
+            ),
         )
 
     def scored(self, key: str, evidence: TokenEvidence) -> PathSample:

@@ -33,6 +33,7 @@ from equiv.records import Judgement, TokenAlternatives
 
 __all__ = [
     "PathEvidence",
+    "ReportedEvidence",
     "TokenEvidence",
     "chain_evidence",
     "chain_pit",
@@ -56,12 +57,21 @@ class PathEvidence(TypedDict, total=False):
     reported_pit: list[list[float]]
     reported_sensitivity: list[float]
     reported_score: list[list[float]]
+    reported_positions: list[int]
     acceptance: list[list[float]]
     residual_pit: list[list[float]]
     target_pit: list[list[float]]
     target_sensitivity: list[float]
     target_score: list[list[float]]
     rescore_error: str
+
+
+class ReportedEvidence(NamedTuple):
+    """`reported_evidence`: the positions kept (indices into the sample's tokens) and their
+    evidence, in order."""
+
+    positions: list[int]
+    evidence: TokenEvidence
 
 
 class TokenEvidence(NamedTuple):
@@ -139,7 +149,7 @@ def reported_evidence(
     tokens: Sequence[int],
     sampling: SamplingConfig,
     whole: Callable[[int], bool],
-) -> TokenEvidence:
+) -> ReportedEvidence:
     """`chain_evidence` of the tokens whose sampled-from row a server reported
     (``Capabilities.sampled_rows``), under those rows, in order; the other positions are left
     out. A position counts where its row holds at least the chain's ``top_k`` candidates (its
@@ -152,7 +162,7 @@ def reported_evidence(
     where the text before ends inside a character: llama-server judges a text finished by its
     last 4 bytes, so a position counts only after 4 tokens known whole (or the sample's start).
     None count under a repetition penalty: the server's window holds the prompt, equiv's not."""
-    out = TokenEvidence([], [], [])
+    out = ReportedEvidence([], TokenEvidence([], [], []))
     k = sampling.top_k
     if k <= 0 or penalised(sampling):
         return out
@@ -163,7 +173,8 @@ def reported_evidence(
             continue
         row = np.full(1 + max(*alt.ids, int(token)), -np.inf, dtype=np.float32)
         row[list(alt.ids)] = alt.logits
-        _add(out, row, tokens[:i], int(token), sampling)
+        out.positions.append(i)
+        _add(out.evidence, row, tokens[:i], int(token), sampling)
     return out
 
 

@@ -203,3 +203,7 @@ def test_the_unmodified_pair_gets_no_sampler_bug_over_http(model_pair, servers, 
     }
     checks = {t["name"] for t in pooled["instrument"]}
     assert {"pit:reported", "top-token:reported", "temperature:reported"} <= checks
+    # what the re-scored rows move the temperature estimate by on those tokens, and on the
+    # placebo's (the instrument's own error)
+    assert pooled["drift"]["tokens"] > 0
+    assert pooled["drift"]["placebo"] is not None

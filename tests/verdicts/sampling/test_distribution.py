@@ -187,14 +187,13 @@ def test_reported_evidence_keeps_the_positions_whose_row_is_whole_and_holds_the_
     got = reported_evidence(alts, tokens, sampling, whole=lambda t: t != piece)
     want = chain_evidence(full, tokens, sampling)
     kept = [0, 3, 5]
+    assert got.positions == kept
+    got = got.evidence
     assert got.pits == [want.pits[i] for i in kept]
     assert got.sensitivities == [want.sensitivities[i] for i in kept]
     assert got.scores == [want.scores[i] for i in kept]
-    assert reported_evidence(alts, tokens, SamplingConfig(temp=0.8, top_k=0), lambda t: True) == (
-        [],
-        [],
-        [],
-    )
+    none = reported_evidence(alts, tokens, SamplingConfig(temp=0.8, top_k=0), lambda t: True)
+    assert none == ([], ([], [], []))
 
 
 def test_reported_evidence_waits_four_whole_tokens_after_a_piece_and_skips_penalties():
@@ -213,6 +212,7 @@ def test_reported_evidence_waits_four_whole_tokens_after_a_piece_and_skips_penal
     got = reported_evidence(alts, tokens, sampling, whole=lambda t: t != piece)
     want = chain_evidence(full, tokens, sampling)
     kept = [i for i in range(8) if i in kept_if and not 3 <= i <= 6]
-    assert got.pits == [want.pits[i] for i in kept]
+    assert got.positions == kept
+    assert got.evidence.pits == [want.pits[i] for i in kept]
     penalised = SamplingConfig(temp=0.8, top_k=4, repeat_penalty=1.1)
-    assert reported_evidence(alts, tokens, penalised, lambda t: True) == ([], [], [])
+    assert reported_evidence(alts, tokens, penalised, lambda t: True) == ([], ([], [], []))

@@ -365,6 +365,7 @@ def _reported(http, run, every=3):
                 "reported_sensitivity": part(own.sensitivities["chain_sensitivity"]),
             },
             scores={**moved.scores, "reported_score": part(own.scores["chain_score"])},
+            reported_positions=part(range(len(own.tokens))),
         )
 
     return {
@@ -412,6 +413,49 @@ def test_a_placebo_that_fails_the_rows_its_server_reported_is_never_a_sampler_bu
     assert any(is_reported(t) for t in judged.pooled.rejected())
     assert judged.verdict.label is not Label.SAMPLER_BUG, judged.verdict.reason
     assert "the placebo's own samples fail them" in judged.verdict.reason
+
+
+def _hotter(sample, share, rng):
+    """``sample`` with its re-scored likelihood scores lowered by ``share`` of their information
+    (re-scored rows under which the tokens look hotter than under their own), and some noise."""
+    scores = [
+        (s - share * f + rng.normal(0.0, 0.01), f, t) for s, f, t in sample.scores["target_score"]
+    ]
+    return dataclasses.replace(sample, scores={**sample.scores, "target_score": tuple(scores)})
+
+
+def test_over_http_the_pooled_answer_says_what_the_rescored_rows_move_the_temperature_by():
+    """On the tokens whose row the speculative server reported, their temperature scores under
+    the re-scored rows less those under their own rows: what numeric drift moves the estimate
+    by. Here the re-scoring reads the speculative tokens 0.05 hotter, the placebo's as its own."""
+    rng = np.random.default_rng(3)
+    run = simulate(8, 16)
+    reported = _reported(_http(run, _fidelity(0.0)), run)
+    drifted = {
+        k: [dataclasses.replace(s, speculative=_hotter(s.speculative, 0.05, rng)) for s in v]
+        for k, v in reported.items()
+    }
+    pooled = pool(drifted, alpha=ALPHA, has_logits=False)
+    drift = pooled.drift
+    assert drift is not None
+    assert drift.tokens == sum(
+        len(s.speculative.pits["reported_pit"]) for v in reported.values() for s in v
+    )
+    assert drift.low < -0.05 < drift.high < 0.0
+    assert drift.placebo == pytest.approx(0.0, abs=1e-12)
+    assert drift.line in pooled.lines()
+    assert PooledAnalysis.from_dict(pooled.to_dict()).drift == drift
+    unpositioned = {
+        k: [
+            dataclasses.replace(
+                s, speculative=dataclasses.replace(s.speculative, reported_positions=None)
+            )
+            for s in v
+        ]
+        for k, v in drifted.items()
+    }
+    assert pool(unpositioned, alpha=ALPHA, has_logits=False).drift is None  # older files
+    assert pool(run, alpha=ALPHA, has_logits=True).drift is None  # in process
 
 
 def test_no_reported_tests_where_no_row_was_kept():
