@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import numpy as np
-from scipy import stats as sps
+from dataclasses import dataclass, field
 
 from equiv.json_types import JSONDict, JSONObject
-from equiv.records.codec import decode, encode
-from equiv.verdicts.sampling.samples import Sample
+from equiv.records.codec import OMIT, decode, encode
+from equiv.verdicts.sampling.placebo import cluster_ratio
+from equiv.verdicts.sampling.pooled_bounds import difference_interval
+from equiv.verdicts.sampling.samples import PathSample, Sample
 
 __all__ = ["DriftShift", "drift_shift"]
 
@@ -30,23 +29,29 @@ __all__ = ["DriftShift", "drift_shift"]
 class DriftShift:
     """``Σ (s_rescored - s_own) / Σ F_own`` over the speculative tokens with a reported row
     (``s``, ``F``: each token's likelihood score for the temperature and its variance,
-    `equiv.verdicts.sampling.token_evidence.TokenEvidence.scores`), with its ``1 - 2 alpha``
-    interval (samples as clusters, Student's t); ``placebo``: the same on the baseline's
-    tokens, where they carry it."""
+    `equiv.verdicts.sampling.token_evidence.TokenEvidence.scores`): the shift of the
+    likelihood scores' estimate of ``λ - 1``, not of the bound's own estimator (which weighs
+    the top token's indicator and the PIT's normal score), with its ``1 - 2 alpha`` interval
+    (samples as clusters, Student's t; its coverage is not measured); ``placebo``: the same on
+    the baseline's tokens, where they carry it."""
 
     tokens: int
     estimate: float
     low: float
     high: float
     placebo: float | None = None
+    #: samples without the positions or the re-scoring (written before equiv recorded them)
+    left_out: int = field(default=0, metadata={OMIT: 0})
 
     @property
     def line(self) -> str:
         placebo = "" if self.placebo is None else f"; on the placebo's: {self.placebo:+.4f}"
+        left = f" ({self.left_out} samples without them left out)" if self.left_out else ""
         return (
             f"numeric drift: on the {self.tokens} speculative tokens whose row the server "
-            f"reported, the re-scored rows move λ - 1 by {self.estimate:+.4f} "
-            f"[{self.low:+.4f}, {self.high:+.4f}] from the rows they were sampled from{placebo}"
+            f"reported{left}, the re-scored rows move the likelihood scores' λ - 1 by "
+            f"{self.estimate:+.4f} [{self.low:+.4f}, {self.high:+.4f}] from the rows they were "
+            f"sampled from{placebo}"
         )
 
     def to_dict(self) -> JSONDict:
@@ -57,50 +62,55 @@ class DriftShift:
         return decode(cls, data, "drift")
 
 
-def _clusters(records: Sequence[Sample], path: str) -> list[tuple[float, float, int]] | None:
-    """Per sample of ``path``: ``Σ (s_rescored - s_own)``, ``Σ F_own`` and the count over its
-    tokens with a reported row; None where a sample lacks them or their re-scoring."""
-    out = []
-    for record in records:
-        sample = record.path(path)
-        own = sample.scores.get("reported_score")
-        rescored = sample.scores.get("target_score")
-        at = sample.reported_positions
-        if own is None or rescored is None or at is None or len(at) != len(own):
-            return None
-        if any(i >= len(rescored) for i in at):
-            return None
-        shift = sum(rescored[i][0] - o[0] for i, o in zip(at, own, strict=True))
-        out.append((shift, sum(o[1] for o in own), len(at)))
-    return out
-
-
-def _ratio(
-    clusters: Sequence[tuple[float, float, int]], alpha: float
-) -> tuple[float, float, float] | None:
-    """The ratio estimate ``Σ shift / Σ F`` and its ``1 - 2 alpha`` interval, samples as
-    clusters; None under 2 samples or without information."""
-    shift = np.array([c[0] for c in clusters])
-    info = np.array([c[1] for c in clusters])
-    total, m = float(info.sum()), len(clusters)
-    if m < 2 or total <= 0.0:
+def _tokens(sample: PathSample) -> tuple[list[float], list[float]] | None:
+    """Per token of ``sample`` with a reported row: ``s_rescored - s_own`` and ``F_own``; None
+    where the sample lacks the positions or the re-scoring (files written before equiv recorded
+    the positions, a failed re-scoring)."""
+    own = sample.scores.get("reported_score")
+    rescored = sample.scores.get("target_score")
+    at = sample.reported_positions
+    if own is None or rescored is None or at is None or len(at) != len(own):
         return None
-    estimate = float(shift.sum()) / total
-    spread = float(np.sum((shift - estimate * info) ** 2)) * m / (m - 1)
-    half = float(sps.t.isf(alpha, m - 1)) * math.sqrt(spread) / total
-    return estimate, estimate - half, estimate + half
-
-
-def drift_shift(records: Sequence[Sample], alpha: float) -> DriftShift | None:
-    """What the re-scored rows move the temperature estimate by on the speculative tokens with
-    a reported row (and on the baseline's), or None where the records do not carry both rows
-    at the same positions (in process, a server that reports no rows, files written before
-    equiv recorded the positions)."""
-    clusters = _clusters(records, "speculative")
-    found = None if clusters is None else _ratio(clusters, alpha)
-    if clusters is None or found is None:
+    if any(i >= len(rescored) for i in at):
         return None
-    base = _clusters(records, "baseline")
-    placebo = None if base is None else _ratio(base, alpha)
-    tokens = sum(c[2] for c in clusters)
-    return DriftShift(tokens, *found, placebo=None if placebo is None else placebo[0])
+    shift = [rescored[i][0] - o[0] for i, o in zip(at, own, strict=True)]
+    return shift, [o[1] for o in own]
+
+
+def _paired(
+    records: Sequence[Sample], path: str, alpha: float
+) -> tuple[tuple[float, float, float], int, int] | None:
+    """``(estimate, low, high)`` of ``path``'s shift, its tokens and the samples left out
+    without the evidence; None where no sample has it or under 2 samples carry information."""
+    shift: list[float] = []
+    info: list[float] = []
+    ids: list[int] = []
+    left_out = 0
+    for n, record in enumerate(records):
+        found = _tokens(record.path(path))
+        if found is None:
+            left_out += 1
+            continue
+        shift += found[0]
+        info += found[1]
+        ids += [n] * len(found[0])
+    theta, var, m = cluster_ratio(shift, info, ids)
+    if not math.isfinite(var):
+        return None
+    return difference_interval((theta, var, m), (0.0, 0.0, m), alpha), len(shift), left_out
+
+
+def drift_shift(records: Sequence[Sample], *, alpha: float) -> DriftShift | None:
+    """What the re-scored rows move the likelihood scores' estimate of ``λ - 1`` by on the
+    speculative tokens with a reported row (and on the baseline's), or None where no sample
+    carries both rows at the same positions (in process, a server that reports no rows, files
+    written before equiv recorded the positions). Samples without them are left out and counted.
+    Both paths' rows are read under their own sampling settings: where the run sets the paths
+    apart (a misconfiguration), the shift holds that difference too."""
+    found = _paired(records, "speculative", alpha)
+    if found is None:
+        return None
+    (estimate, low, high), tokens, left_out = found
+    base = _paired(records, "baseline", alpha)
+    placebo = None if base is None else base[0][0]
+    return DriftShift(tokens, estimate, low, high, placebo, left_out)

@@ -365,7 +365,7 @@ def pool(
     if not has_logits and _has_reported(records):
         tests += against_rows(records, "speculative", REPORTED, alpha, label="reported")
         reported = against_rows(records, "baseline", REPORTED, alpha, label="reported")
-        drift = drift_shift(records, alpha)
+        drift = drift_shift(records, alpha=alpha)
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}

@@ -15,7 +15,8 @@ Per emitted token each record carries its evidence (`equiv.verdicts.sampling.tok
 - same-seed agreement (informational: llama-cpp-python spends one random draw per token on both
   paths, so equal seeds give equal text unless the logits differ);
 - drift: KL and |Δlogit| between the rows the speculative sampler used and the target's own
-  single-token re-scoring of the same tokens (recorded by the runner for every seed).
+  single-token re-scoring of the same tokens (recorded by the runner for every seed over HTTP,
+  for the first `equiv.run.evidence.RESCORED_SEEDS` in process).
 
 The PIT tests themselves are in `equiv.verdicts.sampling.pit_tests`. Pure functions of records; no
 model is called here.
@@ -97,6 +98,25 @@ def _drift_summary(records: Sequence[Sample]) -> PooledDrift | None:
     return PooledDrift(len(drifts), pooled)
 
 
+def _logliks(records: Sequence[Sample], keys: Mapping[str, str]) -> dict[str, list[float]] | None:
+    """Both paths' log-likelihoods under one scorer, the target's single-token rows: their
+    re-scoring where every sample has it on both paths; in process (``keys``: each path's own
+    rows) the baseline's own rows, which are those rows (plain decoding), beside the speculative
+    samples that were re-scored (the first seeds: its own rows are batched, another
+    instrument), or each path's own rows where none was; over HTTP with a re-scoring missing,
+    none."""
+    both = pipeline(records, has_logits=False)
+    scorer = {p: (records, key) for p, key in both.items()}
+    if len(both) < 2 and keys.get("baseline") == "chain_pit":
+        rescored = [r for r in records if "target_pit" in r.speculative.pits]
+        scorer = {"baseline": (records, "chain_pit")}
+        scorer["speculative"] = (rescored, "target_pit") if rescored else (records, "chain_pit")
+    if len(scorer) < 2:
+        return None
+    scored = {p: [_loglik(r, p, key) for r in chosen] for p, (chosen, key) in scorer.items()}
+    return {p: [x for x in xs if x is not None] for p, xs in scored.items()}
+
+
 def _output_tests(
     records: Sequence[Sample],
     keys: Mapping[str, str],
@@ -115,14 +135,8 @@ def _output_tests(
         )
     ]
     lengths = {p: [len(r.path(p).tokens) for r in records] for p in ("baseline", "speculative")}
-    # Both paths' samples under one scorer: the target's single-token re-scoring, on the
-    # samples that have it on both paths (in process only the first seeds: the speculative
-    # path's own rows are batched, another instrument), else the pipeline.
-    rescored = [r for r in records if len(pipeline([r], has_logits=False)) == 2]
-    scorer = pipeline(rescored, has_logits=False) if rescored else keys
-    if len(scorer) == 2:
-        scored = {p: [_loglik(r, p, scorer[p]) for r in rescored or records] for p in scorer}
-        logliks = {p: [x for x in xs if x is not None] for p, xs in scored.items()}
+    logliks = _logliks(records, keys)
+    if logliks is not None:
         tests.append(
             renamed(
                 mann_whitney(logliks["baseline"], logliks["speculative"], alpha=alpha),

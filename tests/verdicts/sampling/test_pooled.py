@@ -455,6 +455,13 @@ def test_over_http_the_pooled_answer_says_what_the_rescored_rows_move_the_temper
         for k, v in drifted.items()
     }
     assert pool(unpositioned, alpha=ALPHA, has_logits=False).drift is None  # older files
+    first = next(iter(drifted))
+    mixed = {**drifted, first: unpositioned[first]}  # a resumed run: older records beside new
+    partial = pool(mixed, alpha=ALPHA, has_logits=False).drift
+    assert partial is not None
+    assert partial.left_out == len(drifted[first])
+    assert partial.tokens < drift.tokens
+    assert f"({partial.left_out} samples without them left out)" in partial.line
     assert pool(run, alpha=ALPHA, has_logits=True).drift is None  # in process
 
 

@@ -3,41 +3,75 @@ its two-sample log-likelihood test compares the paths under."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.samples import PathSample, Sample
 
 ALPHA = 0.01
+SEEDS = 24
 
 
-def _path(p_token: float, rescored: bool) -> PathSample:
-    """A 4-token sample; each token of probability ``p_token`` under the rows the path sampled
-    from (``chain_pit``) and 0.5 under the target's re-scoring (``target_pit``), if any."""
-    pits = {"chain_pit": ((0.0, p_token, p_token),) * 4}
-    if rescored:
-        pits["target_pit"] = ((0.0, 0.5, 0.5),) * 4
+def _path(own: float, target: float | None) -> PathSample:
+    """A 4-token sample; each token of probability ``own`` under the rows the path sampled
+    from (``chain_pit``) and ``target`` under the target's single-token re-scoring, if any."""
+    pits = {"chain_pit": ((0.0, own, own),) * 4}
+    if target is not None:
+        pits["target_pit"] = ((0.0, target, target),) * 4
     return PathSample(tokens=(1, 2, 3, 4), pits=pits)
 
 
-def _loglik_test(records: list[Sample]):
-    (test,) = [t for t in analyze(records, alpha=ALPHA).tests if t.name.startswith("log-lik")]
-    return test
+def _in_process(spec_target: float) -> list[Sample]:
+    """An in-process prompt: the baseline's own rows are the target's (plain decoding), the
+    speculative path's own rows batched (another instrument: they give its tokens 0.3 less);
+    the first 4 seeds re-scored, where the target gives the speculative tokens
+    ``spec_target`` (the baseline's: 0.6 - 0.01 i)."""
+    records = []
+    for i in range(SEEDS):
+        p = 0.6 - 0.01 * i
+        rescored = i < 4
+        base = _path(p, p if rescored else None)
+        spec = _path(p - 0.3, spec_target if rescored else None)
+        records.append(Sample(f"p::s{i}", base, spec))
+    return records
 
 
-def test_the_log_likelihoods_are_compared_under_one_instrument_on_the_seeds_that_have_it():
-    """In process only the first seeds are re-scored, and the speculative path's own rows are
-    batched (another instrument): here they give its tokens a lower probability. The test
-    compares the re-scored seeds under the target's rows, and does not reject; with no seed
-    re-scored it falls back to each path's own rows, where the instruments differ."""
+def _loglik_test(records: list[Sample], *, has_logits: bool = True):
+    tests = analyze(records, alpha=ALPHA, has_logits=has_logits).tests
+    found = [t for t in tests if t.name.startswith("log-lik")]
+    return found[0] if found else None
+
+
+def test_in_process_the_log_likelihoods_are_compared_under_the_targets_single_token_rows():
+    """The baseline's own rows on every seed beside the speculative samples re-scored: the
+    batched rows' lower probabilities do not reject; a real difference under the target's rows
+    does, on 4 re-scored seeds."""
+    alike = _loglik_test(_in_process(spec_target=0.55))
+    assert alike is not None
+    assert alike.n == SEEDS + 4
+    assert alike.p_value > ALPHA
+    apart = _loglik_test(_in_process(spec_target=0.05))
+    assert apart is not None
+    assert apart.p_value < ALPHA
+
+
+def test_over_http_a_missing_rescoring_leaves_the_log_likelihood_test_out():
+    """Which samples' re-scoring failed depends on the data (a timeout on a long sample): the
+    test is run on all of them or none."""
+    records = [Sample(f"p::s{i}", _path(0.5, 0.5), _path(0.5, 0.5)) for i in range(SEEDS)]
     records = [
-        Sample(f"p::s{i}", _path(0.9, i < 4), _path(0.6 - 0.01 * i, i < 4)) for i in range(24)
+        Sample(
+            r.key,
+            dataclasses.replace(r.baseline, pits={"target_pit": r.baseline.pits["target_pit"]}),
+            dataclasses.replace(
+                r.speculative, pits={"target_pit": r.speculative.pits["target_pit"]}
+            ),
+        )
+        for r in records
     ]
-    rescored = _loglik_test(records)
-    assert rescored.n == 8
-    assert rescored.p_value > 0.5
-    own_rows = [Sample(r.key, _path(0.9, False), r.speculative) for r in records]
-    own_rows = [
-        Sample(r.key, r.baseline, _path(0.6 - 0.01 * i, False)) for i, r in enumerate(own_rows)
-    ]
-    fallback = _loglik_test(own_rows)
-    assert fallback.n == 48
-    assert fallback.p_value < ALPHA
+    whole = _loglik_test(records, has_logits=False)
+    assert whole is not None
+    assert whole.n == 2 * SEEDS
+    failed = dataclasses.replace(records[0].speculative, pits={})
+    records[0] = dataclasses.replace(records[0], speculative=failed)
+    assert _loglik_test(records, has_logits=False) is None
