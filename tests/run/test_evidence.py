@@ -12,7 +12,7 @@ from toy_engines import CONFIG, VOCAB, Plain, Served
 from equiv.config import Mode
 from equiv.engines.base import Capabilities, RescoreCost
 from equiv.errors import ConfigError, EngineError
-from equiv.records import Generation
+from equiv.records import Generation, TokenAlternatives
 from equiv.run.evidence import RESCORED_SEEDS, BatchOnce, Evidence
 
 
@@ -118,3 +118,35 @@ def test_in_process_only_each_prompts_first_seeds_are_rescored():
         assert len(kept.paths[path]["chain_pit"]) == gen.n_tokens
     assert kept.drift is None
     assert kept.fidelity is None
+
+
+class _Reporting(Plain):
+    """A server that reports the row it sampled a token from outside a speculative step."""
+
+    capabilities = Capabilities(
+        full_logits=False, deterministic_seed=True, rescoring=True, sampled_rows=True
+    )
+
+    def candidate_bytes(self, token: int) -> bytes:
+        return b"x"
+
+
+def test_the_rows_a_server_reported_are_kept_with_their_positions():
+    """Positions 0 and 2 sampled outside a speculative step (a row each), 1 inside (none): the
+    evidence under the reported rows is kept with the indices of its tokens, so each lines up
+    with the same token's re-scoring (here the same rows: no shift)."""
+    tokens = (2, 3, 4)
+    rows = np.zeros((len(tokens), VOCAB), dtype=np.float32)
+    rows[np.arange(len(tokens)), list(tokens)] = 1.0  # as `Plain.rescore` re-scores them
+    alternatives = tuple(
+        TokenAlternatives.from_row(rows[i], VOCAB) if i != 1 else TokenAlternatives((), ())
+        for i in range(len(tokens))
+    )
+    spec = dataclasses.replace(_generation("speculative", tokens), alternatives=alternatives)
+    base = _generation("baseline", (2,))
+    sampled = Evidence(Plain(), _Reporting("speculative"), CONFIG).of_samples([1], base, spec)
+    path = sampled.paths["speculative"]
+    assert path["reported_positions"] == [0, 2]
+    assert len(path["reported_score"]) == 2
+    for j, i in enumerate(path["reported_positions"]):
+        assert path["reported_score"][j] == path["target_score"][i]
