@@ -16,8 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from equiv.json_types import JSONDict, JSONObject
-from equiv.records.codec import OMIT, decode, encode
+from equiv.records.codec import OMIT
 from equiv.verdicts.sampling.placebo import cluster_ratio
 from equiv.verdicts.sampling.pooled_bounds import difference_interval
 from equiv.verdicts.sampling.samples import PathSample, Sample
@@ -53,13 +52,6 @@ class DriftShift:
             f"{self.estimate:+.4f} [{self.low:+.4f}, {self.high:+.4f}] from the rows they were "
             f"sampled from{placebo}"
         )
-
-    def to_dict(self) -> JSONDict:
-        return encode(self)
-
-    @classmethod
-    def from_dict(cls, data: JSONObject) -> DriftShift:
-        return decode(cls, data, "drift")
 
 
 def _tokens(sample: PathSample) -> tuple[list[float], list[float]] | None:
