@@ -51,7 +51,7 @@ from equiv.engines.server.vllm import read_counters, refusal_fix
 from equiv.errors import ConfigError, EngineError
 from equiv.json_types import JSONDict, json_int
 from equiv.models.gguf import read_gguf_info
-from equiv.models.token_bytes import token_bytes as vocabulary_bytes
+from equiv.models.token_bytes import token_bytes
 from equiv.prompts import Prompt
 from equiv.records import DraftStep, Generation, PathName
 
@@ -229,10 +229,10 @@ class ServerEngine:
     def token_text(self, token: int) -> str:
         return self._tokenizer.token_text(token)
 
-    def token_bytes(self, token: int) -> bytes:
+    def _token_bytes(self, token: int) -> bytes:
         """A token's bytes from the target's GGUF vocabulary (read once, where rows must be
         placed among byte pieces)."""
-        vocab = vocabulary_bytes(str(self.config.target.path))
+        vocab = token_bytes(str(self.config.target.path))
         return vocab[token] if 0 <= token < len(vocab) else b""
 
     def candidate_bytes(self, token: int) -> bytes:
@@ -240,7 +240,7 @@ class ServerEngine:
         target's GGUF where equiv has it (`PieceBytes`); empty where neither knows."""
         known = self._candidates.get(token)
         if known is None and not self.config.target.served:
-            known = self.token_bytes(token)
+            known = self._token_bytes(token)
         return known or b""
 
     # -- generation --------------------------------------------------------------------------
@@ -264,7 +264,7 @@ class ServerEngine:
                 )  # fmt: skip
                 answer = self.client.post("/completion", body)
                 self._candidates.update(candidate_bytes(answer))
-                pieces = None if self.config.target.served else self.token_bytes
+                pieces = None if self.config.target.served else self._token_bytes
                 return parse_llama(answer, url=f"{self.url}/completion", n_probs=k, pieces=pieces)
             body = openai_body(
                 prompt_tokens, model=self.model, sampling=sampling, seed=seed,
