@@ -45,11 +45,13 @@ from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
 from equiv.verdicts.sampling.samples import PathSample, Sample
 from equiv.verdicts.sampling.token_evidence import (
     PathEvidence,
+    ReportedEvidence,
     TokenEvidence,
     chain_evidence,
     evidence_json,
     judgement_evidence,
     reported_evidence,
+    reported_positions,
     top_k_rows,
 )
 from equiv.verdicts.temp0.drift import drift_metrics
@@ -230,8 +232,8 @@ class Evidence:
         rows = gen.logits
         if rows is None and path == "baseline":  # a server: its top-K covers the chain
             rows = top_k_rows(gen.alternatives, gen.tokens, sampling)
-        if rows is not None:
-            chain = chain_evidence(rows, gen.tokens, sampling)
+        chain = None if rows is None else chain_evidence(rows, gen.tokens, sampling)
+        if chain is not None:
             out.update(
                 PathEvidence(
                     chain_pit=chain.pits,
@@ -241,12 +243,17 @@ class Evidence:
             )
         pieces = piece_bytes(self.baseline if path == "baseline" else self.speculative)
         if gen.logits is None and pieces is not None:
-            reported = reported_evidence(
-                gen.alternatives,
-                gen.tokens,
-                sampling,
-                lambda t: whole_piece(pieces.candidate_bytes(t)),
-            )
+            known = pieces
+
+            def whole(token: int) -> bool:
+                return whole_piece(known.candidate_bytes(token))
+
+            args = (gen.alternatives, gen.tokens, sampling, whole)
+            if chain is None:
+                reported = reported_evidence(*args)
+            else:  # the chain ran over these very rows (a server's baseline): keep its figures
+                kept = reported_positions(*args)
+                reported = ReportedEvidence(kept, chain.at(kept))
             out.update(
                 PathEvidence(
                     reported_pit=reported.evidence.pits,

@@ -14,6 +14,7 @@ from equiv.engines.base import Capabilities, RescoreCost
 from equiv.errors import ConfigError, EngineError
 from equiv.records import Generation, TokenAlternatives
 from equiv.run.evidence import RESCORED_SEEDS, BatchOnce, Evidence
+from equiv.verdicts.sampling.token_evidence import reported_evidence
 
 
 def _generation(path: str, tokens: tuple[int, ...]) -> Generation:
@@ -150,3 +151,20 @@ def test_the_rows_a_server_reported_are_kept_with_their_positions():
     assert len(path["reported_score"]) == 2
     for j, i in enumerate(path["reported_positions"]):
         assert path["reported_score"][j] == path["target_score"][i]
+
+
+def test_a_server_baselines_reported_evidence_is_its_chain_evidence_at_those_positions():
+    """A server's baseline reports every row, so the chain already ran over them: its
+    ``reported_*`` are those figures at the positions `reported_evidence` keeps, the same
+    numbers it computes row by row."""
+    tokens = (2, 3, 4, 5)
+    rng = np.random.default_rng(4)
+    rows = rng.normal(0.0, 2.0, (len(tokens), VOCAB)).astype(np.float32)
+    alternatives = tuple(TokenAlternatives.from_row(row, VOCAB) for row in rows)
+    base = dataclasses.replace(_generation("baseline", tokens), alternatives=alternatives)
+    evidence = Evidence(_Reporting(), Plain("speculative"), CONFIG)
+    path = evidence.of_samples([1], base, _generation("speculative", (2,))).paths["baseline"]
+    direct = reported_evidence(alternatives, tokens, CONFIG.sampling, lambda t: True)
+    assert path["reported_positions"] == direct.positions == [0, 1, 2, 3]
+    assert path["reported_pit"] == direct.evidence.pits == path["chain_pit"]
+    assert path["reported_score"] == direct.evidence.scores

@@ -41,6 +41,7 @@ __all__ = [
     "evidence_json",
     "judgement_evidence",
     "reported_evidence",
+    "reported_positions",
     "top_k_rows",
 ]
 
@@ -84,6 +85,14 @@ class TokenEvidence(NamedTuple):
     #: information), and ``t = p_top (log p_top - E_p[log p])``, the derivative of the top
     #: token's probability in λ (what the pooled temperature bound weighs the top token by)
     scores: list[list[float]]
+
+    def at(self, positions: Sequence[int]) -> TokenEvidence:
+        """The evidence of these positions alone, in their order."""
+        return TokenEvidence(
+            [self.pits[i] for i in positions],
+            [self.sensitivities[i] for i in positions],
+            [self.scores[i] for i in positions],
+        )
 
 
 def evidence_json(evidence: PathEvidence) -> JSONDict:
@@ -144,37 +153,52 @@ def _add(
     out.scores.append(score)
 
 
+def reported_positions(
+    alternatives: Sequence[TokenAlternatives],
+    tokens: Sequence[int],
+    sampling: SamplingConfig,
+    whole: Callable[[int], bool],
+) -> list[int]:
+    """The positions whose sampled-from row a server reported (``Capabilities.sampled_rows``)
+    and that the one-sample tests may count. A position counts where its row holds at least the
+    chain's ``top_k`` candidates (its whole support: the probabilities are exact) and every
+    candidate is ``whole`` (its bytes complete UTF-8 on their own). llama-server sends no row
+    for a token that leaves a character unfinished, so where a candidate could, whether the row
+    came depends on the token drawn: such a position is left out, reported or not. Otherwise
+    which positions are reported depends on what came before (llama-server: whether it drafted
+    there), not on the draw, so under H0 each counted token is a draw from its row and the
+    one-sample tests hold. So too where the text before ends inside a character: llama-server
+    judges a text finished by its last 4 bytes, so a position counts only after 4 tokens known
+    whole (or the sample's start). None count under a repetition penalty: the server's window
+    holds the prompt, equiv's not."""
+    k = sampling.top_k
+    if k <= 0 or penalised(sampling):
+        return []
+    return [
+        i
+        for i, alt in enumerate(alternatives[: len(tokens)])
+        if len(alt.ids) >= k
+        and all(whole(c) for c in alt.ids)
+        and all(whole(t) for t in tokens[max(0, i - 4) : i])
+    ]
+
+
 def reported_evidence(
     alternatives: Sequence[TokenAlternatives],
     tokens: Sequence[int],
     sampling: SamplingConfig,
     whole: Callable[[int], bool],
 ) -> ReportedEvidence:
-    """`chain_evidence` of the tokens whose sampled-from row a server reported
-    (``Capabilities.sampled_rows``), under those rows, in order; the other positions are left
-    out. A position counts where its row holds at least the chain's ``top_k`` candidates (its
-    whole support: the probabilities are exact) and every candidate is ``whole`` (its bytes
-    complete UTF-8 on their own). llama-server sends no row for a token that leaves a character
-    unfinished, so where a candidate could, whether the row came depends on the token drawn:
-    such a position is left out, reported or not. Otherwise which positions are reported
-    depends on what came before (llama-server: whether it drafted there), not on the draw, so
-    under H0 each counted token is a draw from its row and the one-sample tests hold. So too
-    where the text before ends inside a character: llama-server judges a text finished by its
-    last 4 bytes, so a position counts only after 4 tokens known whole (or the sample's start).
-    None count under a repetition penalty: the server's window holds the prompt, equiv's not."""
-    out = ReportedEvidence([], TokenEvidence([], [], []))
-    k = sampling.top_k
-    if k <= 0 or penalised(sampling):
-        return out
-    for i, (alt, token) in enumerate(zip(alternatives, tokens, strict=False)):
-        if len(alt.ids) < k or not all(whole(c) for c in alt.ids):
-            continue
-        if not all(whole(t) for t in tokens[max(0, i - 4) : i]):
-            continue
-        row = np.full(1 + max(*alt.ids, int(token)), -np.inf, dtype=np.float32)
+    """`chain_evidence` of the tokens at `reported_positions`, under the rows the server
+    reported, in order; the other positions are left out."""
+    out = ReportedEvidence(
+        reported_positions(alternatives, tokens, sampling, whole), TokenEvidence([], [], [])
+    )
+    for i in out.positions:
+        alt, token = alternatives[i], int(tokens[i])
+        row = np.full(1 + max(*alt.ids, token), -np.inf, dtype=np.float32)
         row[list(alt.ids)] = alt.logits
-        out.positions.append(i)
-        _add(out.evidence, row, tokens[:i], int(token), sampling)
+        _add(out.evidence, row, tokens[:i], token, sampling)
     return out
 
 
