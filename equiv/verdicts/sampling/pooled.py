@@ -59,7 +59,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 from scipy import stats as sps
 
 from equiv.json_types import JSONDict, JSONObject
@@ -78,16 +77,10 @@ from equiv.verdicts.sampling.pit_tests import (
     top_derivatives,
     vs_placebo,
 )
-from equiv.verdicts.sampling.placebo import quasi_tempering, tempering, top_excess
-from equiv.verdicts.sampling.pooled_bounds import (
-    MARGINS,
-    Bound,
-    Effect,
-    clopper_pearson,
-    difference_interval,
-)
+from equiv.verdicts.sampling.pooled_bounds import Bound, PathData
+from equiv.verdicts.sampling.pooled_bounds import bounds as bounds_of
 from equiv.verdicts.sampling.samples import Sample
-from equiv.verdicts.stats import TestResult, randomized_pit
+from equiv.verdicts.stats import TestResult
 from equiv.verdicts.stats.result import not_enough
 
 __all__ = [
@@ -238,66 +231,7 @@ def support_vs_placebo(
     return TestResult(name, float(a), p_value, alpha, n_s + n_b, None, None, a / n_s, detail)
 
 
-#: Each path's PIT entries, the sample of each token and the sensitivities (`tokens_of`).
-_PathData = dict[
-    str, tuple[npt.NDArray[np.float64], npt.NDArray[np.intp], npt.NDArray[np.float64] | None]
-]
-
-
-def _bounds(
-    records: Sequence[Sample],
-    data: _PathData,
-    tops: Mapping[str, npt.NDArray[np.float64] | None],
-    alpha: float,
-    *,
-    own_rows: bool,
-) -> tuple[Bound, ...]:
-    """The directed statistics with their intervals, samples as clusters: the speculative
-    samples' own (one-sample designs: their rows say the expected value, 0) or their difference
-    from the placebo's (`Design.VS_PLACEBO`). The temperature's from the top token's indicator
-    and the PIT's normal score combined (`equiv.verdicts.sampling.placebo.quasi_tempering`:
-    at temperature 0.2 close to all the information the tokens carry), or from the normal
-    scores alone where the records lack the top token's derivative (``tops``: written before
-    equiv recorded it). The tokens' likelihood scores would carry a little more, but their sum
-    is skewed at a low temperature and its interval misses the true value three times as often
-    as allowed (benchmarks/bound_coverage.py)."""
-    seed = pit_seed(records) + 11
-    rng = np.random.default_rng(seed)
-    bounds = []
-
-    def against(
-        estimates: Sequence[tuple[float, float, int]],
-    ) -> tuple[float, float, float]:
-        zero = (0.0, 0.0, estimates[0][2])  # the rows themselves: no error to add
-        return difference_interval(estimates[0], zero if own_rows else estimates[1], alpha)
-
-    top = [top_excess(p[:, 0] == 0.0, p[:, 2], ids) for p, ids, _ in data.values()]
-    diff, low, high = against(top)
-    bounds.append(Bound(Effect.TOP_TOKEN, diff, low, high, MARGINS[Effect.TOP_TOKEN]))
-    if all(sens is not None for _, _, sens in data.values()):
-        combined = all(t is not None for t in tops.values())
-        lam = []
-        for path, (pits, ids, sens) in data.items():
-            assert sens is not None
-            u = randomized_pit(pits[:, 0], pits[:, 1], rng)
-            t = tops[path]
-            if combined and t is not None:
-                lam.append(quasi_tempering(u, sens, pits[:, 2], t, ids))
-            else:
-                theta, var, m, _ = tempering(u, sens, ids)
-                lam.append((theta, var, m))
-        diff, low, high = against(lam)
-        bounds.append(Bound(Effect.TEMPERATURE, diff, low, high, MARGINS[Effect.TEMPERATURE]))
-    (ps, _, _), (pb, _, _) = data.values()
-    a, b = int(np.sum(ps[:, 1] == 0.0)), int(np.sum(pb[:, 1] == 0.0))
-    lo_s, hi_s = clopper_pearson(a, len(ps), alpha / 2)
-    lo_b, hi_b = (0.0, 0.0) if own_rows else clopper_pearson(b, len(pb), alpha / 2)
-    support = a / len(ps) - (0.0 if own_rows else b / len(pb))
-    bounds.append(Bound(Effect.SUPPORT, support, lo_s - hi_b, hi_s - lo_b, MARGINS[Effect.SUPPORT]))
-    return tuple(bounds)
-
-
-def _support(data: _PathData, alpha: float) -> TestResult:
+def _support(data: PathData, alpha: float) -> TestResult:
     counts = [(int(np.sum(pits[:, 1] == 0.0)), len(pits)) for pits, _, _ in data.values()]
     result = support_vs_placebo(counts[0], counts[1], alpha=alpha)
     return dataclasses.replace(result, name="support:pooled")
@@ -378,7 +312,7 @@ def pool(
         tokens=tokens,
         seeds=seeds,
         tests=tuple(adjusted(tests)),
-        bounds=_bounds(records, data, tops, alpha, own_rows=design.one_sample),
+        bounds=bounds_of(records, data, tops, alpha, own_rows=design.one_sample),
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
         design=design,
