@@ -172,6 +172,7 @@ def reanalyze(path: Path) -> None:
         Counter(Label(label) for label, n in labels.items() for _ in range(n)),
         alpha=json_float(contents.header.config["alpha"]) * POOLED_SHARE,
         has_logits=has_logits,
+        bound_alpha=json_float(contents.header.config["alpha"]),
     )
     print(
         f"run (pooled, no batched follow-up): **{pooled.verdict.label.value}**; "

@@ -11,9 +11,9 @@ Each look (`run_schedule`: a run of many prompts may look first at a few seeds a
 judged as the runner judges it (`equiv.run.looks.run_in_looks`): every prompt still running
 (from its first look with `MIN_SEEDS` seeds) by `analyze` + `classify_sampling` at its share
 ``alpha (1 - POOLED_SHARE) / P`` of the level (times the look's share), stopping at a verdict of
-`STOPPING_LABELS`; the run by `judge_run` at ``alpha POOLED_SHARE`` (times the look's share)
-over every prompt's seeds so far, with the prompts' labels; the run stops at a verdict of
-`RUN_STOPPING` or at the last look.
+`STOPPING_LABELS`; the run by `judge_run`, its tests at ``alpha POOLED_SHARE`` and its bounds
+at ``alpha`` (times the look's share), over every prompt's seeds so far, with the prompts'
+labels; the run stops at a verdict of `RUN_STOPPING` or at the last look.
 With ``--allocate`` each round after the first goes only to the prompts the runner would give it
 (`equiv.verdicts.sampling.allocation.informative`), the others paused on the seeds they have.
 ``--scales`` gives the prompts' logits these deviations in turn (2.5: the default; 10: rows
@@ -82,7 +82,13 @@ def one_run(prompts: dict[str, list[Sample]], looks: int, alpha: float, allocate
             current[key] = classify_sampling(analysis, has_logits=True).label
         labels = Counter(label for label, _ in stopped.values()) + Counter(current.values())
         seen_by = {key: samples[: have[key]] for key, samples in prompts.items()}
-        run = judge_run(seen_by, labels, alpha=alpha * POOLED_SHARE * look.share, has_logits=True)
+        run = judge_run(
+            seen_by,
+            labels,
+            alpha=alpha * POOLED_SHARE * look.share,
+            has_logits=True,
+            bound_alpha=alpha * look.share,
+        )
         for key, label in current.items():
             if stops(label, look):
                 stopped[key] = (label, look.seeds)

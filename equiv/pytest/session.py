@@ -188,21 +188,20 @@ def _summaries(checks: Sequence[Check]) -> dict[str, Summary]:
     """Each mode's run summary, from its checks' records (the quality margin from the header);
     at temp > 0 with the session's pooled answer over all its prompts."""
     from equiv.verdicts.runs.summary import summarize
-    from equiv.verdicts.sampling.run_verdict import POOLED_SHARE
 
     out = {}
     for mode in sorted({c.mode for c in checks}):
         group = [c for c in checks if c.mode == mode]
         header = group[0].header
         margin = header.config.get("quality_margin", DEFAULT_MARGIN_POINTS)
-        alpha = json_float(header.config.get("alpha", 0.01)) * POOLED_SHARE
+        alpha = json_float(header.config.get("alpha", 0.01))
         out[mode] = summarize(
             [r for c in group for r in c.records],
             [e for c in group for e in c.events],
             [x for c in group for x in c.extras if isinstance(x, AnalysisRecord)],
             quality_margin=json_float(margin),
             differences=header.differences,
-            pooled_alpha=alpha if mode == "sampling" else None,
+            run_alpha=alpha if mode == "sampling" else None,
             has_logits=header.has_logits,
         )
     return out

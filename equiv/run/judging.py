@@ -176,18 +176,24 @@ class SamplingJudge:
         labels: Counter[Label],
         look: Look | None,
     ) -> RunJudgement:
-        """The run's answer over every prompt's seeds done up to ``look`` (all without looks),
-        at the pooled share of the run's level; over HTTP with the batched follow-up where a
-        pooled test rejects."""
+        """The run's answer over every prompt's seeds done up to ``look`` (all without looks):
+        its tests at the pooled share of the run's level at this look, its bounds at the whole
+        of it; over HTTP with the batched follow-up where a pooled test rejects."""
         seeds = look.seeds if look is not None else len(self.runner.config.seeds)
         samples = {
             key: [Sample.of(done[i.key]) for i in group[:seeds] if i.key in done]
             for key, group in by_prompt.items()
         }
-        alpha = self.runner.config.alpha * POOLED_SHARE * (look.share if look is not None else 1.0)
+        level = self.runner.config.alpha * (look.share if look is not None else 1.0)
+        alpha = level * POOLED_SHARE
         has_logits, differences = self.has_logits, self.runner.differences
         run = judge_run(
-            samples, labels, alpha=alpha, has_logits=has_logits, differences=differences
+            samples,
+            labels,
+            alpha=alpha,
+            has_logits=has_logits,
+            differences=differences,
+            bound_alpha=level,
         )
         # confirmed already: by a prompt's own follow-up, or by the rows the server reported
         rejects = run.pooled.believed().rejected()
@@ -201,6 +207,7 @@ class SamplingJudge:
                 has_logits=has_logits,
                 differences=differences,
                 batched=batched,
+                bound_alpha=level,
             )
         index, of = (look.index, look.of) if look is not None else (1, 1)
         stopping = Stopping(

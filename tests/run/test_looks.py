@@ -11,6 +11,7 @@ from equiv.records import ResultsFile
 from equiv.run.plan import plan
 from equiv.run.runner import Runner
 from equiv.verdicts.sampling.allocation import informative
+from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, RunJudgement
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats.sequential import Stopping, run_schedule
 
@@ -59,8 +60,14 @@ def test_later_rounds_go_to_the_informative_prompts_and_the_others_say_they_were
     kept = informative(at_first, has_logits=True)
     (run,) = contents.runs
     went_on = {key for key, got in seeds.items() if len(got) > 8}
-    if Stopping.from_dict(run.figures["stopping"]).look == 2:
+    stopped = Stopping.from_dict(run.figures["stopping"])
+    if stopped.look == 2:
         assert went_on == kept
+    # the tests at the pooled share of the look's level, the bounds at the whole of it
+    look = (first, last)[stopped.look - 1]
+    pooled = RunJudgement.of(run).pooled
+    assert pooled.bounds_level == pytest.approx(config.alpha * look.share)
+    assert stopped.alpha == pooled.alpha == pytest.approx(pooled.bounds_level * POOLED_SHARE)
     assert all(sorted(got) == list(range(1, len(got) + 1)) for got in seeds.values())
     for analysis in contents.analyses:
         stop = Stopping.from_dict(analysis.figures["stopping"])

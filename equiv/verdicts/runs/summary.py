@@ -221,13 +221,14 @@ def summarize(
     differences: Iterable[str] = (),
     quality_margin: float = DEFAULT_MARGIN_POINTS,
     runs: Iterable[RunRecord] = (),
-    pooled_alpha: float | None = None,
+    run_alpha: float | None = None,
     has_logits: bool = True,
 ) -> Summary:
     """The figures of typed records (a plugin worker's plain data is read as records by
     `equiv.pytest.session.Check.from_dict`). At temp > 0 the run's answer is the one its
     `RunRecord` holds; where none was written (a pytest session checks a prompt at a time) and
-    ``pooled_alpha`` is given, it is judged here from the results (`judge_results`)."""
+    the run's level ``run_alpha`` is given, it is judged here from the results
+    (`judge_results`)."""
     summary = Summary(events=list(events), differences=list(differences))
     results = list(records)
     analysed = list(analyses)
@@ -244,11 +245,11 @@ def summarize(
     recorded = next((r for r in runs if r.key == RUN_KEY), None)
     if recorded is not None:
         summary.run = RunJudgement.of(recorded)
-    elif pooled_alpha is not None:
+    elif run_alpha is not None:
         summary.run = judge_results(
             results,
             analysed,
-            alpha=pooled_alpha,
+            alpha=run_alpha,
             has_logits=has_logits,
             differences=summary.differences,
         )

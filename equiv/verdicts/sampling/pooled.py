@@ -161,6 +161,13 @@ class PooledAnalysis:
     instrument: tuple[ScoredTest, ...] = ()
     #: over HTTP, what the re-scored rows move the temperature estimate by (`drift_shift`)
     drift: DriftShift | None = dataclasses.field(default=None, metadata={OMIT: None})
+    #: the bounds' level where it is not ``alpha`` (`pool`); records written before it: alpha
+    bound_alpha: float | None = dataclasses.field(default=None, metadata={OMIT: None})
+
+    @property
+    def bounds_level(self) -> float:
+        """The ``alpha`` of the bounds' ``1 - 2 alpha`` intervals."""
+        return self.alpha if self.bound_alpha is None else self.bound_alpha
 
     def rejected(self) -> list[ScoredTest]:
         return [t for t in self.tests if t.p_adjusted < self.alpha]
@@ -196,6 +203,8 @@ class PooledAnalysis:
             f"pooled over {self.prompts} prompt(s){left}: {self.samples} samples, "
             f"{self.tokens} speculative tokens, alpha {self.alpha:.3g}"
         )
+        if self.bounds_level != self.alpha:
+            head += f", the bounds at 1 - 2 x {self.bounds_level:.3g}"
         tests = [f"{t.name}: Holm p {t.p_adjusted:.3g}; {t.summary}" for t in self.tests]
         placebo = [
             f"placebo {t.name} (the instrument's check): Holm p {t.p_adjusted:.3g}"
@@ -264,10 +273,14 @@ def against_rows(
 
 
 def pool(
-    by_prompt: Mapping[str, Sequence[Sample]], *, alpha: float, has_logits: bool
+    by_prompt: Mapping[str, Sequence[Sample]],
+    *,
+    alpha: float,
+    has_logits: bool,
+    bound_alpha: float | None = None,
 ) -> PooledAnalysis:
-    """The pooled tests and bounds over every prompt's samples (``by_prompt``: prompt key ->
-    its samples) at the pooled level ``alpha``.
+    """The pooled tests (at ``alpha``) and bounds (at ``bound_alpha``, default ``alpha``: the
+    run's whole level, which no prompt's test shares) over every prompt's samples.
 
     In process (``has_logits``) each path's samples are scored under the rows it reported, the
     logits its engine sampled from; over HTTP under the target's re-scored rows. Where those
@@ -278,6 +291,7 @@ def pool(
     engine's own sampler). Otherwise the speculative samples are compared with the placebo's
     (`Design.VS_PLACEBO`). The support test is a comparison with the placebo in all designs."""
     key = "chain_pit" if has_logits else "target_pit"
+    level = alpha if bound_alpha is None else bound_alpha
     pooled = {p: s for p, s in by_prompt.items() if s and len(pipeline(s, has_logits)) == 2}
     left_out = tuple(p for p in by_prompt if p not in pooled)
     records = [s for samples in pooled.values() for s in samples]
@@ -287,8 +301,7 @@ def pool(
         return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out, design=design)
     checks: list[TestResult] = []  # the placebo's, judging the instrument
     if design.one_sample:
-        tests = against_rows(records, "speculative", key, alpha)
-        checks = against_rows(records, "baseline", key, alpha)
+        tests, checks = (against_rows(records, p, key, alpha) for p in ("speculative", "baseline"))
     else:
         tests = [
             dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
@@ -299,25 +312,25 @@ def pool(
     if not has_logits and _has_reported(records):
         tests += against_rows(records, "speculative", REPORTED, alpha, label="reported")
         reported = against_rows(records, "baseline", REPORTED, alpha, label="reported")
-        drift = drift_shift(records, alpha=alpha)
+        drift = drift_shift(records, alpha=level)
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}
     tests.append(_support(data, alpha))
-    tokens = len(data["speculative"][0])
     return PooledAnalysis(
         alpha=alpha,
         prompts=len(pooled),
         samples=len(records),
-        tokens=tokens,
+        tokens=len(data["speculative"][0]),
         seeds=seeds,
         tests=tuple(adjusted(tests)),
-        bounds=bounds_of(records, data, tops, alpha, own_rows=design.one_sample),
+        bounds=bounds_of(records, data, tops, level, own_rows=design.one_sample),
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
         design=design,
         instrument=(*adjusted(checks), *adjusted(reported)),
         drift=drift,
+        bound_alpha=bound_alpha,
     )
 
 

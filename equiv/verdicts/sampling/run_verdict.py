@@ -284,10 +284,12 @@ def judge_run(
     has_logits: bool,
     differences: Sequence[str] = (),
     batched: RunBatched | None = None,
+    bound_alpha: float | None = None,
 ) -> RunJudgement:
-    """The pooled analysis of ``by_prompt`` (prompt key -> its samples) at the pooled level
-    ``alpha`` and the run's verdict from it and the prompts' labels."""
-    pooled = pool(by_prompt, alpha=alpha, has_logits=has_logits)
+    """The pooled analysis of ``by_prompt`` (prompt key -> its samples), its tests at the
+    pooled level ``alpha`` and its bounds at ``bound_alpha`` (`pool`), and the run's verdict
+    from it and the prompts' labels."""
+    pooled = pool(by_prompt, alpha=alpha, has_logits=has_logits, bound_alpha=bound_alpha)
     verdict = classify_run(
         pooled,
         prompt_labels=prompt_labels,
@@ -308,8 +310,8 @@ def judge_results(
 ) -> RunJudgement | None:
     """The run's answer from a file's sampled results and prompt analyses alone, where the run
     recorded none itself (a pytest session, which checks one prompt at a time): the pooled
-    tests at ``alpha`` (the run's level times `POOLED_SHARE`), without a batched follow-up.
-    None where nothing was sampled."""
+    tests at the run's level ``alpha`` times `POOLED_SHARE`, the bounds at ``alpha``, without
+    a batched follow-up. None where nothing was sampled."""
     by_prompt: dict[str, list[Sample]] = {}
     for record in results:
         if record.mode is Mode.SAMPLING:
@@ -317,4 +319,11 @@ def judge_results(
     if not by_prompt:
         return None
     labels = Counter(a.judged.label for a in analyses)
-    return judge_run(by_prompt, labels, alpha=alpha, has_logits=has_logits, differences=differences)
+    return judge_run(
+        by_prompt,
+        labels,
+        alpha=alpha * POOLED_SHARE,
+        has_logits=has_logits,
+        differences=differences,
+        bound_alpha=alpha,
+    )

@@ -13,6 +13,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 from simulated_chain import sample_path
 
 from equiv.config import SamplingConfig
@@ -177,6 +178,30 @@ def test_the_pooled_bounds_are_in_units_a_user_reads_and_say_what_would_decide()
     support = Bound(Effect.SUPPORT, 0.0, 0.0, 0.0021, MARGINS[Effect.SUPPORT])
     assert not support.within
     assert support.seeds_factor() == pytest.approx(0.0021 / 0.002)
+
+
+def test_the_bounds_take_the_runs_level_and_the_tests_keep_their_share(placebo_run):
+    """A false `sampler-bug` can come from the pooled tests or a prompt's own, which share the
+    run's level; a false `equivalent` only from a bound on the wrong side of its margin. So the
+    bounds are at the run's level: narrower by the ratio of Student's t quantiles, each test's
+    p-value and level as before."""
+    shared = pool(placebo_run, alpha=ALPHA, has_logits=True)
+    whole = pool(placebo_run, alpha=ALPHA, has_logits=True, bound_alpha=2 * ALPHA)
+    assert whole.tests == shared.tests
+    assert (whole.bounds_level, shared.bounds_level) == (2 * ALPHA, ALPHA)
+    m = shared.samples
+    for wide, narrow in zip(shared.bounds, whole.bounds, strict=True):
+        assert narrow.estimate == wide.estimate
+        if narrow.effect is Effect.SUPPORT:
+            assert narrow.high < wide.high  # Clopper-Pearson: no closed ratio
+            continue
+        ratio = (narrow.high - narrow.low) / (wide.high - wide.low)
+        expected = sps.t.isf(2 * ALPHA, m - 1) / sps.t.isf(ALPHA, m - 1)
+        assert ratio == pytest.approx(expected, rel=1e-9)
+    assert f"the bounds at 1 - 2 x {2 * ALPHA:.3g}" in whole.lines()[0]
+    assert "the bounds at" not in shared.lines()[0]
+    assert PooledAnalysis.from_dict(whole.to_dict()) == whole
+    assert "bound_alpha" not in shared.to_dict()  # files written before read as before
 
 
 def _without_top_derivatives(run):
