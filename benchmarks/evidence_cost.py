@@ -6,9 +6,13 @@ A server's rows (the re-scoring's and a baseline's reported ones) hold its top K
 judge spends is taken from the servers, so this cost is part of a server run's wall time.
 Printed per row shape: milliseconds per position of `chain_evidence`, and, for comparison, of a
 partition of the whole row (what the chain ran first before it kept a top-K row's finite
-candidates alone: introselect degrades on the ties of ``-inf``).
+candidates alone: introselect degrades on the ties of ``-inf``; and before it partitioned only
+the logits near a dense row's maximum, `equiv.engines.chain.top_k_candidates`). Dense rows are
+random normal ones (as flat as no model's: most logits lie near the top) and, with
+``--model``, the bundled target's own rows over a code and a German answer (llama-cpp-python).
 
     python benchmarks/evidence_cost.py [--vocab 262144] [--k 40] [--positions 200] [--temp 0.2]
+        [--model]
 """
 
 from __future__ import annotations
@@ -39,6 +43,36 @@ def per_position_ms(fn: Callable[[], object], n: int) -> float:
     return (time.perf_counter() - started) / n * 1e3
 
 
+#: Text the target's own rows are read over (`model_rows`): a code answer and a German one.
+TEXTS = (
+    "<start_of_turn>user\nWrite a Python function that returns the n-th Fibonacci number."
+    "<end_of_turn>\n<start_of_turn>model\nHere is a simple function:\n\n```python\n"
+    "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n```",
+    "<start_of_turn>user\nWas ist die Hauptstadt von Deutschland?<end_of_turn>\n"
+    "<start_of_turn>model\nDie Hauptstadt von Deutschland ist Berlin. Berlin ist eine lebendige "
+    "Stadt mit einer reichen Geschichte, vielen Museen und einer berühmten Mauer.",
+)
+
+
+def model_rows() -> np.ndarray:
+    """The bundled target's rows at every position of `TEXTS` (float32, its whole vocabulary)."""
+    import llama_cpp
+
+    from equiv.models.pair import resolve_pair
+
+    llm = llama_cpp.Llama(
+        resolve_pair().target.path, n_ctx=512, logits_all=True, verbose=False, n_threads=2
+    )
+    out = []
+    for text in TEXTS:
+        tokens = llm.tokenize(text.encode(), add_bos=True, special=True)
+        llm.reset()
+        llm.eval(tokens)
+        out.append(np.array(llm.scores[: len(tokens)], dtype=np.float32))
+    llm.close()
+    return np.concatenate(out)
+
+
 def measure(r: np.ndarray, sampling: SamplingConfig) -> tuple[float, float]:
     """Milliseconds a position: `chain_evidence`, and a partition of each whole row."""
     tokens = [int(np.argmax(row)) for row in r]
@@ -54,6 +88,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=40, help="candidates a server row holds")
     parser.add_argument("--positions", type=int, default=200)
     parser.add_argument("--temp", type=float, default=0.2)
+    parser.add_argument("--model", action="store_true", help="also the target's own rows")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     sampling = SamplingConfig(temp=args.temp)
@@ -62,8 +97,12 @@ def main() -> None:
     print("| --- | --- | --- |")
     for kind in ("top-K", "dense"):
         evidence, whole = measure(rows(kind, args.vocab, args.k, args.positions, rng), sampling)
-        label = f"top-{args.k}, -inf elsewhere" if kind == "top-K" else "dense"
+        label = f"top-{args.k}, -inf elsewhere" if kind == "top-K" else "dense, random normal"
         print(f"| {label} | {evidence:.3f} | {whole:.3f} |")
+    if args.model:
+        target = model_rows()
+        evidence, whole = measure(target, sampling)
+        print(f"| dense, the target's ({len(target)} positions) | {evidence:.3f} | {whole:.3f} |")
 
 
 if __name__ == "__main__":

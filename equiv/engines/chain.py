@@ -52,12 +52,14 @@ from equiv.config import SamplingConfig, validate_sampling
 from equiv.errors import ConfigError
 
 __all__ = [
+    "NEAR_TOP",
     "PENALTY_WINDOW",
     "apply_penalties",
     "chain_distribution",
     "chain_probs",
     "penalised",
     "pit_position",
+    "top_k_candidates",
     "validate_sampling",
 ]
 
@@ -240,6 +242,28 @@ def penalised(sampling: SamplingConfig) -> bool:
     )
 
 
+#: How far below its largest logit `top_k_candidates` looks first. On Gemma 3's rows a model's
+#: top 40 lie within it at 9 positions in 10, and partitioning those candidates alone makes the
+#: chain about 5x faster than partitioning the 262,144 logits (benchmarks/evidence_cost.py);
+#: the rest of the row cannot hold one of the k largest.
+NEAR_TOP = 12.0
+
+
+def top_k_candidates(logits: npt.NDArray[np.floating], k: int) -> IntArray:
+    """The ids (ascending) of the ``k`` largest of ``logits``, ties with the k-th included.
+
+    Where at least ``k`` logits lie within `NEAR_TOP` of the largest, the k-th largest is among
+    them and only they are partitioned; otherwise the whole row is."""
+    near = np.flatnonzero(logits >= logits.max() - NEAR_TOP)
+    if near.size < k:  # (also where the row holds a NaN: the chain rejects it)
+        kth = np.partition(logits, logits.shape[0] - k)[-k]
+        return np.flatnonzero(logits >= kth)
+    values = logits[near]
+    kth = np.partition(values, values.size - k)[-k]
+    out: IntArray = near[values >= kth]
+    return out
+
+
 def chain_distribution(
     row: npt.NDArray[np.float32], history: Sequence[int], sampling: SamplingConfig
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64]]:
@@ -266,8 +290,7 @@ def chain_distribution(
     if 0 < sampling.top_k < logits.shape[0]:
         # Only the top_k (ties at the boundary included) can survive the chain: run it on
         # those candidates, in ascending id order so that ties rank as over the full row.
-        kth = np.partition(logits, logits.shape[0] - sampling.top_k)[-sampling.top_k]
-        keep = np.flatnonzero(logits >= kth)
+        keep = top_k_candidates(logits, sampling.top_k)
         ids = keep if ids is None else ids[keep]
         logits = logits[keep]
     probs = chain_probs(

@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 
 from equiv.config import SamplingConfig
 from equiv.engines.chain import (
+    NEAR_TOP,
     apply_penalties,
     chain_distribution,
     chain_probs,
     pit_position,
+    top_k_candidates,
     validate_sampling,
 )
 from equiv.errors import ConfigError
@@ -344,3 +346,32 @@ def test_chain_distribution_of_a_top_k_row_is_the_chain_over_the_whole_row(
     full = np.zeros(vocab)
     full[got_ids] = got
     np.testing.assert_allclose(full, want, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scale=st.sampled_from([0.5, 3.0, 12.0]),
+    ties=st.integers(0, 6),
+    top_k=st.integers(1, 48),
+    seed=st.integers(0, 2**16),
+)
+def test_the_top_k_candidates_of_a_dense_row_are_those_of_a_partition_of_the_whole_row(
+    scale: float, ties: int, top_k: int, seed: int
+) -> None:
+    # rows as flat as a warm model's and as spread as a peaked one's (where fewer than k lie
+    # near the top and the whole row is partitioned), with ties at the k-th value
+    rng = np.random.default_rng(seed)
+    row = (rng.normal(0.0, scale, 512)).astype(np.float32)
+    kth_value = np.sort(row)[-top_k]
+    row[rng.choice(512, ties, replace=False)] = kth_value
+    kth = np.partition(row, row.size - top_k)[-top_k]
+    np.testing.assert_array_equal(top_k_candidates(row, top_k), np.flatnonzero(row >= kth))
+
+
+def test_top_k_candidates_partition_the_whole_row_where_few_lie_near_the_top() -> None:
+    row = np.arange(64, dtype=np.float32) * (NEAR_TOP / 4)  # 4 within NEAR_TOP of the max
+    assert (row >= row.max() - NEAR_TOP).sum() < 10
+    np.testing.assert_array_equal(top_k_candidates(row, 10), np.arange(54, 64))
+    flat = np.zeros(64, dtype=np.float32)
+    flat[[3, 40]] = 1.0  # all tied below the two largest: every tie with the k-th is kept
+    np.testing.assert_array_equal(top_k_candidates(flat, 5), np.arange(64))
