@@ -48,6 +48,10 @@ def _path(
         tokens.append(token)
         rows.append(logits[prev])
         prev = token
+    return _evidence(rows, tokens, sampling)
+
+
+def _evidence(rows: list[np.ndarray], tokens: list[int], sampling: SamplingConfig) -> PathSample:
     ev = chain_evidence(np.asarray(rows), tokens, sampling)
     return PathSample(
         tokens=tuple(tokens),
@@ -57,20 +61,50 @@ def _path(
     )
 
 
+def _paired(
+    rng: np.random.Generator, logits: np.ndarray, n: int, sampling: SamplingConfig, power: float
+) -> tuple[PathSample, PathSample]:
+    """A seed's two paths as llama.cpp draws them: one uniform per token from one stream, the
+    token the first whose cumulative probability (most probable first, as its ``dist``
+    sampler walks the sorted candidates) reaches it; the speculative path tempered by
+    ``power``. While the two contexts agree their tokens mostly do."""
+    tokens: tuple[list[int], list[int]] = ([], [])
+    rows: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+    prev = [0, 0]
+    for _ in range(n):
+        u = rng.random()
+        for path, lam in enumerate((1.0, power)):
+            ids, probs = chain_distribution(logits[prev[path]], tokens[path], sampling)
+            order = np.lexsort((ids, -probs))
+            tempered = np.power(probs[order], lam)
+            cum = np.cumsum(tempered / tempered.sum())
+            token = int(ids[order][min(int(np.searchsorted(cum, u)), cum.size - 1)])
+            tokens[path].append(token)
+            rows[path].append(logits[prev[path]])
+            prev[path] = token
+    base, spec = (_evidence(rows[i], tokens[i], sampling) for i in (0, 1))
+    return base, spec
+
+
 def _run(index: int, args: argparse.Namespace, sampling: SamplingConfig) -> dict[str, list[Sample]]:
     out = {}
     for p in range(args.prompts):
         rng = np.random.default_rng([index, p, 2027])
         logits = rng.normal(0.0, args.scale, (args.vocab, args.vocab)).astype(np.float32)
         key = f"sim/p{p}"
-        out[key] = [
-            Sample(
-                f"{key}::sampling::seed{s}",
-                _path(rng, logits, args.tokens, sampling, 1.0),
-                _path(rng, logits, args.tokens, sampling, args.power),
-            )
-            for s in range(args.seeds)
-        ]
+        if args.pairing == "seed":
+            pairs = [
+                _paired(rng, logits, args.tokens, sampling, args.power) for _ in range(args.seeds)
+            ]
+        else:
+            pairs = [
+                (
+                    _path(rng, logits, args.tokens, sampling, 1.0),
+                    _path(rng, logits, args.tokens, sampling, args.power),
+                )
+                for _ in range(args.seeds)
+            ]
+        out[key] = [Sample(f"{key}::sampling::seed{s}", *pair) for s, pair in enumerate(pairs)]
     return out
 
 
@@ -118,6 +152,7 @@ def _by_normal(run: dict[str, list[Sample]], alpha: float, seed: int) -> tuple[f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--first", type=int, default=0, help="the first run's index (to split)")
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--seeds", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=24)
@@ -127,6 +162,13 @@ def main() -> None:
     parser.add_argument("--min-p", type=float, default=0.05)
     parser.add_argument("--power", type=float, default=1.0, help="the true λ")
     parser.add_argument("--alpha", type=float, default=0.005)
+    parser.add_argument(
+        "--pairing",
+        choices=("seed", "none"),
+        default="seed",
+        help="seed: a seed's two paths draw from one random stream, as llama.cpp's do (equiv's "
+        "bound then takes the placebo as a control variate); none: independent streams",
+    )
     args = parser.parse_args()
     sampling = SamplingConfig(temp=args.temp, min_p=args.min_p)
     truth = args.power - 1.0
@@ -135,7 +177,7 @@ def main() -> None:
     below = dict.fromkeys(names, 0)  # the interval below the truth
     above = dict.fromkeys(names, 0)
     width: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(args.runs):
+    for i in range(args.first, args.first + args.runs):
         run = _run(i, args, sampling)
         bound = _temperature(run, args.alpha)
         intervals = {
@@ -150,7 +192,8 @@ def main() -> None:
     n = args.runs
     print(
         f"{n} runs of {args.prompts} prompts x {args.seeds} seeds x {args.tokens} tokens, temp "
-        f"{args.temp}, min-p {args.min_p}, true λ {args.power}; the {1 - 2 * args.alpha:.0%} "
+        f"{args.temp}, min-p {args.min_p}, true λ {args.power}, pairing {args.pairing}; the "
+        f"{1 - 2 * args.alpha:.0%} "
         f"interval (alpha {args.alpha}) ({time.perf_counter() - started:.0f} s):"
     )
     for name in names:

@@ -14,7 +14,7 @@ from equiv.engines.chain import chain_distribution
 from equiv.verdicts.sampling.samples import PathSample
 from equiv.verdicts.sampling.token_evidence import chain_evidence
 
-__all__ = ["faulty", "sample_path"]
+__all__ = ["faulty", "sample_pair", "sample_path"]
 
 
 def faulty(probs: npt.NDArray[np.float64], fault: str) -> npt.NDArray[np.float64]:
@@ -46,6 +46,10 @@ def sample_path(
         tokens.append(token)
         rows.append(logits[prev])
         prev = token
+    return _evidence(rows, tokens, sampling)
+
+
+def _evidence(rows: list, tokens: list[int], sampling: SamplingConfig) -> PathSample:
     evidence = chain_evidence(np.asarray(rows), tokens, sampling)
     return PathSample(
         tokens=tuple(tokens),
@@ -53,3 +57,35 @@ def sample_path(
         sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
         scores={"chain_score": tuple(map(tuple, evidence.scores))},
     )
+
+
+def sample_pair(
+    rng: np.random.Generator,
+    logits: npt.NDArray[np.float32],
+    n: int,
+    sampling: SamplingConfig,
+    fault: str = "none",
+    drift: float = 0.0,
+) -> tuple[PathSample, PathSample]:
+    """A seed's baseline and speculative samples as llama.cpp draws them: one uniform a token
+    from one stream, the token the first whose cumulative probability (most probable first)
+    reaches it. The speculative path samples from rows moved by ``drift`` (normal noise, its
+    numeric drift: those are the rows it reports) and with ``fault``."""
+    tokens: tuple[list[int], list[int]] = ([], [])
+    rows: tuple[list, list] = ([], [])
+    prev = [0, 0]
+    for _ in range(n):
+        u = rng.random()
+        noise = rng.normal(0.0, drift, logits.shape[1]).astype(np.float32) if drift else 0.0
+        for path in (0, 1):
+            row = logits[prev[path]] + (noise if path else 0.0)
+            ids, probs = chain_distribution(row, tokens[path], sampling)
+            probs = faulty(probs, fault) if path else probs
+            order = np.lexsort((ids, -probs))
+            cum = np.cumsum(probs[order])
+            token = int(ids[order][min(int(np.searchsorted(cum, u * cum[-1])), cum.size - 1)])
+            tokens[path].append(token)
+            rows[path].append(row)
+            prev[path] = token
+    baseline, speculative = (_evidence(rows[i], tokens[i], sampling) for i in (0, 1))
+    return baseline, speculative

@@ -229,6 +229,22 @@ def top_derivatives(
     return np.asarray(tops, dtype=np.float64)
 
 
+def margin_moves(records: Sequence[Sample], path: str, key: str) -> npt.NDArray[np.float64] | None:
+    """One path's per-token means of the temperature residuals under the tempered family at
+    the bound's margins (the last four entries of its ``_score``, `TokenEvidence.scores`) as
+    an (n, 4) array in `tokens_of`'s order; None where a record lacks them."""
+    score_key = key.replace("_pit", "_score")
+    moves: list[Sequence[float]] = []
+    for sample in (r.path(path) for r in records):
+        scores = sample.scores.get(score_key)
+        if scores is None or len(scores) != len(sample.pits.get(key, ())):
+            return None
+        if any(len(score) < 7 for score in scores):
+            return None
+        moves.extend(score[3:7] for score in scores)
+    return np.asarray(moves, dtype=np.float64).reshape(-1, 4)
+
+
 def batched_vs_placebo(
     records: Sequence[Sample], *, alpha: float, effect_w: float = 0.1
 ) -> list[ScoredTest]:

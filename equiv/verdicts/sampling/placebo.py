@@ -39,11 +39,14 @@ from equiv.verdicts.stats.result import check_alpha, not_enough
 __all__ = [
     "PathTokens",
     "cluster_ratio",
+    "information_floor",
     "pit_vs_placebo",
     "quasi_tempering",
     "temperature_vs_placebo",
     "tempering",
     "tempering_information",
+    "tempering_means",
+    "tempering_residuals",
     "top_excess",
     "top_token_vs_placebo",
 ]
@@ -149,17 +152,40 @@ def quasi_tempering(
     off the top, and a run that happens to draw few of them has a sandwich far too small
     (its interval then misses the truth several times as often as its level allows,
     benchmarks/bound_coverage.py)."""
+    h, info = tempering_residuals(u, k, p_top, t)
+    theta, var, m = cluster_ratio(h, info, samples)
+    return theta, max(var, information_floor(info)), m
+
+
+def tempering_residuals(
+    u: npt.ArrayLike, k: npt.ArrayLike, p_top: npt.ArrayLike, t: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray]:
+    """Each token's combined residual ``h`` and information ``J`` (`quasi_tempering`, whose
+    ``λ - 1`` is ``Σ h / Σ J``)."""
     x = np.asarray(u, dtype=np.float64).reshape(-1)
     a, b, info, p = _weights(k, p_top, t)
     if x.shape != info.shape:
         raise ValueError(f"shapes differ: u {x.shape}, rows {info.shape}")
     z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
     top = (x < p).astype(np.float64)
-    h = a * (top - p) + b * z
-    theta, var, m = cluster_ratio(h, info, samples)
-    total = float(info.sum())
-    floor = 1.0 / total if total > 0 else math.inf
-    return theta, max(var, floor), m
+    return a * (top - p) + b * z, info
+
+
+def tempering_means(
+    k: npt.ArrayLike, p_top: npt.ArrayLike, t: npt.ArrayLike, moves: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray]:
+    """Each token's mean of `tempering_residuals`' ``h`` under the tempered family at the two
+    margins, from ``moves`` (n, 4: per margin the means of the top token's indicator less
+    ``p_top`` and of the normal score, `equiv.verdicts.sampling.pit_tests.margin_moves`)."""
+    a, b, _, _ = _weights(k, p_top, t)
+    m = np.asarray(moves, dtype=np.float64).reshape(-1, 4)
+    return a * m[:, 0] + b * m[:, 1], a * m[:, 2] + b * m[:, 3]
+
+
+def information_floor(info: npt.ArrayLike) -> float:
+    """``1 / Σ J``: the variance of `quasi_tempering`'s estimate under the rows themselves."""
+    total = float(np.sum(info))
+    return 1.0 / total if total > 0 else math.inf
 
 
 def _difference(

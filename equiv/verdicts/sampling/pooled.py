@@ -324,7 +324,7 @@ def pool(
         tokens=len(data["speculative"][0]),
         seeds=seeds,
         tests=tuple(adjusted(tests)),
-        bounds=bounds_of(records, data, tops, level, own_rows=design.one_sample),
+        bounds=bounds_of(records, data, tops, level, own_rows=design.one_sample, key=key),
         left_out=left_out,
         carriers=_carriers(pooled, key, alpha),
         design=design,

@@ -15,9 +15,16 @@ from scipy import stats as sps
 
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records.codec import decode, encode
-from equiv.verdicts.sampling.pit_tests import pit_seed
-from equiv.verdicts.sampling.placebo import quasi_tempering, tempering, top_excess
+from equiv.verdicts.sampling.control_variate import Residuals, controlled
+from equiv.verdicts.sampling.pit_tests import margin_moves, pit_seed
+from equiv.verdicts.sampling.placebo import (
+    cluster_ratio,
+    information_floor,
+    tempering_means,
+    tempering_residuals,
+)
 from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.token_evidence import TEMPERATURE_MARGIN
 from equiv.verdicts.stats import randomized_pit
 
 __all__ = [
@@ -26,6 +33,7 @@ __all__ = [
     "Effect",
     "PathData",
     "bounds",
+    "calibrated",
     "clopper_pearson",
     "difference_interval",
 ]
@@ -47,7 +55,7 @@ class Effect(str, enum.Enum):
 #: 0.1 (an effective temperature off by 9-11 %); 0.2 % of tokens outside the chain's support.
 MARGINS: Mapping[Effect, float] = {
     Effect.TOP_TOKEN: 0.02,
-    Effect.TEMPERATURE: 0.1,
+    Effect.TEMPERATURE: TEMPERATURE_MARGIN,
     Effect.SUPPORT: 0.002,
 }
 
@@ -126,6 +134,82 @@ PathData = dict[
 ]
 
 
+def calibrated(
+    estimates: Sequence[float], at_low: float, at_high: float
+) -> tuple[float, float, float]:
+    """The temperature's ``(estimate, low, high)`` in ``λ - 1``, from its estimator's units:
+    the estimator reads ``at_low`` and ``at_high`` where the true ``λ - 1`` is minus and plus
+    the margin (`equiv.verdicts.sampling.placebo.tempering_means`, at the very positions
+    drawn: a linear estimating function from λ = 1, it reads 0.087 at a true 0.1 at temp 0.2,
+    benchmarks/bound_coverage.py), so each side is scaled to read the margin there. Then an
+    interval within the margins is the two one-sided tests of λ at 0.9 and 1.1 themselves.
+    Unchanged where the reads are not on either side of 0."""
+    margin = MARGINS[Effect.TEMPERATURE]
+    if not at_low < 0.0 < at_high:
+        est, low, high = estimates
+        return est, low, high
+    scaled = (x * margin / (at_high if x >= 0 else -at_low) for x in estimates)
+    est, low, high = scaled
+    return est, low, high
+
+
+def _interval(
+    parts: Sequence[Residuals], floors: Sequence[float], alpha: float, own_rows: bool
+) -> tuple[float, float, float]:
+    """``(estimate, low, high)`` from each path's residuals (speculative first): the
+    speculative samples' own with the placebo's as their control variate (``own_rows``), else
+    their difference from the placebo's; ``floors``: the least variance of each path's own."""
+    if own_rows:
+        theta, var, df = controlled(parts[0], parts[1], floor=floors[0])
+        half = float(sps.t.isf(alpha, max(df, 1))) * math.sqrt(var)
+        return theta, theta - half, theta + half
+    (est_s, var_s, m_s), (est_b, var_b, m_b) = (cluster_ratio(*part) for part in parts)
+    return difference_interval(
+        (est_s, max(var_s, floors[0]), m_s), (est_b, max(var_b, floors[1]), m_b), alpha
+    )
+
+
+def _temperature(
+    records: Sequence[Sample],
+    data: PathData,
+    tops: Mapping[str, npt.NDArray[np.float64] | None],
+    key: str,
+    alpha: float,
+    own_rows: bool,
+) -> Bound | None:
+    """The temperature's bound: from the top token's indicator and the PIT's normal score
+    combined (`equiv.verdicts.sampling.placebo.quasi_tempering`), calibrated to ``λ - 1`` where
+    the records say what it reads at the margins (`calibrated`); from the normal scores alone
+    where they lack the top token's derivative (written before equiv recorded it). None
+    without the sensitivities."""
+    if any(sens is None for _, _, sens in data.values()):
+        return None
+    rng = np.random.default_rng(pit_seed(records) + 11)
+    combined = all(t is not None for t in tops.values())
+    parts: list[Residuals] = []
+    floors = []
+    for path, (pits, ids, sens) in data.items():
+        assert sens is not None
+        u = randomized_pit(pits[:, 0], pits[:, 1], rng)
+        t = tops[path]
+        if combined and t is not None:
+            h, info = tempering_residuals(u, sens, pits[:, 2], t)
+            floors.append(information_floor(info))
+        else:  # the normal scores alone (`tempering`)
+            w = np.minimum(sens, 0.0)
+            h, info = w * sps.norm.ppf(np.clip(u, 1e-16, 1.0 - 1e-16)), w * w
+            floors.append(0.0)
+        parts.append((h, info, ids))
+    estimates = _interval(parts, floors, alpha, own_rows)
+    pits, _, sens = data["speculative"]
+    t, moves = tops["speculative"], margin_moves(records, "speculative", key)
+    if combined and t is not None and sens is not None and moves is not None:
+        total = float(parts[0][1].sum())
+        reads = (float(m.sum()) / total for m in tempering_means(sens, pits[:, 2], t, moves))
+        estimates = calibrated(estimates, *reads)
+    return Bound(Effect.TEMPERATURE, *estimates, MARGINS[Effect.TEMPERATURE])
+
+
 def bounds(
     records: Sequence[Sample],
     data: PathData,
@@ -133,44 +217,22 @@ def bounds(
     alpha: float,
     *,
     own_rows: bool,
+    key: str = "chain_pit",
 ) -> tuple[Bound, ...]:
     """The directed statistics with their ``1 - 2 alpha`` intervals, samples as clusters (``data``
-    and ``tops``: each path's, speculative first): the speculative samples' own where their
-    rows say the expected value, 0 (``own_rows``), else their difference from the placebo's.
-    The temperature's from the top token's indicator and the PIT's normal score combined
-    (`equiv.verdicts.sampling.placebo.quasi_tempering`: at temperature 0.2 close to all the
-    information the tokens carry), or from the normal
-    scores alone where the records lack the top token's derivative (``tops``: written before
-    equiv recorded it). The tokens' likelihood scores would carry a little more, but their sum
-    is skewed at a low temperature and its interval misses the true value three times as often
-    as allowed (benchmarks/bound_coverage.py)."""
-    seed = pit_seed(records) + 11
-    rng = np.random.default_rng(seed)
-    out = []
-
-    def against(
-        estimates: Sequence[tuple[float, float, int]],
-    ) -> tuple[float, float, float]:
-        zero = (0.0, 0.0, estimates[0][2])  # the rows themselves: no error to add
-        return difference_interval(estimates[0], zero if own_rows else estimates[1], alpha)
-
-    top = [top_excess(p[:, 0] == 0.0, p[:, 2], ids) for p, ids, _ in data.values()]
-    diff, low, high = against(top)
-    out.append(Bound(Effect.TOP_TOKEN, diff, low, high, MARGINS[Effect.TOP_TOKEN]))
-    if all(sens is not None for _, _, sens in data.values()):
-        combined = all(t is not None for t in tops.values())
-        lam = []
-        for path, (pits, ids, sens) in data.items():
-            assert sens is not None
-            u = randomized_pit(pits[:, 0], pits[:, 1], rng)
-            t = tops[path]
-            if combined and t is not None:
-                lam.append(quasi_tempering(u, sens, pits[:, 2], t, ids))
-            else:
-                theta, var, m, _ = tempering(u, sens, ids)
-                lam.append((theta, var, m))
-        diff, low, high = against(lam)
-        out.append(Bound(Effect.TEMPERATURE, diff, low, high, MARGINS[Effect.TEMPERATURE]))
+    and ``tops``: each path's, speculative first; ``key``: the rows they are under): the
+    speculative samples' own where their rows say the expected value, 0 (``own_rows``; the
+    placebo's draws with the same seeds as their control variate,
+    `equiv.verdicts.sampling.control_variate`), else their difference from the placebo's. The
+    tokens' likelihood scores would carry a little more about the temperature, but their sum is
+    skewed at a low temperature and its interval misses the true value three times as often as
+    allowed (benchmarks/bound_coverage.py)."""
+    top = [((p[:, 0] == 0.0) - p[:, 2], np.ones(len(ids)), ids) for p, ids, _ in data.values()]
+    estimate, low, high = _interval(top, (0.0, 0.0), alpha, own_rows)
+    out = [Bound(Effect.TOP_TOKEN, estimate, low, high, MARGINS[Effect.TOP_TOKEN])]
+    temperature = _temperature(records, data, tops, key, alpha, own_rows)
+    if temperature is not None:
+        out.append(temperature)
     (ps, _, _), (pb, _, _) = data.values()
     a, b = int(np.sum(ps[:, 1] == 0.0)), int(np.sum(pb[:, 1] == 0.0))
     lo_s, hi_s = clopper_pearson(a, len(ps), alpha / 2)

@@ -5,9 +5,10 @@ re-scored rows): what a result record holds beside its generation at temperature
   before it, its probability, and the top token's probability: enough for the randomized PIT of
   the one-sample *sampler consistency* test (`equiv.verdicts.sampling.pit_tests`);
 - `chain_sensitivity`: each position's sensitivity to the temperature, for the temperature test;
-- `chain_score`: each position's likelihood score for the temperature, its variance, and the
+- `chain_score`: each position's likelihood score for the temperature, its variance, the
   derivative of the top token's probability in the temperature (the pooled temperature bound
-  weighs the top token's indicator by it, `equiv.verdicts.sampling.placebo.quasi_tempering`);
+  weighs the top token's indicator by it, `equiv.verdicts.sampling.placebo.quasi_tempering`),
+  and what that bound's residuals are expected to read at its margins;
 - `judgement_evidence`: each stage of a rejection sampler, for engines that report judgements;
 - `top_k_rows`: rows rebuilt from a server's top-K log-probabilities where they hold the chain's
   whole support;
@@ -32,6 +33,8 @@ from equiv.json_types import JSONDict
 from equiv.records import Judgement, TokenAlternatives
 
 __all__ = [
+    "MARGIN_POWERS",
+    "TEMPERATURE_MARGIN",
     "PathEvidence",
     "ReportedEvidence",
     "TokenEvidence",
@@ -44,6 +47,13 @@ __all__ = [
     "reported_positions",
     "top_k_rows",
 ]
+
+
+#: The temperature bound's margin in ``λ - 1`` (`equiv.verdicts.sampling.pooled_bounds.MARGINS`).
+TEMPERATURE_MARGIN = 0.1
+#: The tempered family's powers at the temperature bound's margins, where each token's scores
+#: say what the bound's estimator's residuals are expected to read (`TokenEvidence.scores`).
+MARGIN_POWERS = (1.0 - TEMPERATURE_MARGIN, 1.0 + TEMPERATURE_MARGIN)
 
 
 class PathEvidence(TypedDict, total=False):
@@ -80,10 +90,13 @@ class TokenEvidence(NamedTuple):
 
     pits: list[list[float]]
     sensitivities: list[float]
-    #: ``[s, F, t]`` per token: ``s = log p(x) - E_p[log p]``, the likelihood score of the
+    #: ``[s, F, t, ...]`` per token: ``s = log p(x) - E_p[log p]``, the likelihood score of the
     #: tempered family ``p ** λ`` at λ = 1, ``F = Var_p(log p)``, its variance (the
-    #: information), and ``t = p_top (log p_top - E_p[log p])``, the derivative of the top
-    #: token's probability in λ (what the pooled temperature bound weighs the top token by)
+    #: information), ``t = p_top (log p_top - E_p[log p])``, the derivative of the top token's
+    #: probability in λ (what the pooled temperature bound weighs the top token by), then for
+    #: each λ of `MARGIN_POWERS` the means under ``p ** λ`` of the top token's indicator less
+    #: ``p_top`` and of the PIT's normal score (what the bound's estimator reads at its
+    #: margins; files written before hold the first three)
     scores: list[list[float]]
 
     def at(self, positions: Sequence[int]) -> TokenEvidence:
@@ -226,14 +239,14 @@ def chain_sensitivity(
 def _tempering(
     ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int
 ) -> tuple[float, list[float]]:
-    """One position's `chain_sensitivity` and ``[s, F, t]`` (`TokenEvidence.scores`), from the
-    chain's candidates and probabilities; ``0`` and ``[0, 0, 0]`` where the chain leaves one
-    token or the token lies outside its support (the PIT and the support test count that)."""
+    """One position's `chain_sensitivity` and scores (`TokenEvidence.scores`), from the chain's
+    candidates and probabilities; ``0`` and zeros where the chain leaves one token or the token
+    lies outside its support (the PIT and the support test count that)."""
     keep = probs > 0
     ids, probs = ids[keep], probs[keep]
     where = int(np.searchsorted(ids, token))
     if ids.size < 2 or where >= ids.size or ids[where] != token:
-        return 0.0, [0.0, 0.0, 0.0]
+        return 0.0, [0.0] * (3 + 2 * len(MARGIN_POWERS))
     order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
     p = probs[order]
     upper = np.clip(np.cumsum(p), 0.0, 1.0)
@@ -244,7 +257,13 @@ def _tempering(
     k = float(np.dot(centred, density))  # Σ p · centred · E[Z | x]
     s = float(centred[int(np.flatnonzero(order == where)[0])])
     info = float(np.dot(p, centred * centred))
-    return round(k, 9), [round(s, 9), round(info, 9), round(float(p[0] * centred[0]), 9)]
+    moves = []
+    for power in MARGIN_POWERS:  # what the residuals' means move to under p ** power
+        tempered = np.power(p, power)
+        tempered /= tempered.sum()
+        moves += [float(tempered[0] - p[0]), float(np.dot(tempered / p, density))]
+    scores = [s, info, float(p[0] * centred[0]), *moves]
+    return round(k, 9), [round(x, 9) for x in scores]
 
 
 def top_k_rows(

@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from scipy import stats as sps
-from simulated_chain import sample_path
+from simulated_chain import sample_pair, sample_path
 
 from equiv.config import SamplingConfig
 from equiv.records import RUN_KEY, RunRecord, parse_record
@@ -28,7 +28,7 @@ from equiv.verdicts.sampling.pooled import (
     pool,
     support_vs_placebo,
 )
-from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect
+from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect, calibrated
 from equiv.verdicts.sampling.run_batched import RunBatched
 from equiv.verdicts.sampling.run_verdict import (
     RunJudgement,
@@ -189,19 +189,73 @@ def test_the_bounds_take_the_runs_level_and_the_tests_keep_their_share(placebo_r
     whole = pool(placebo_run, alpha=ALPHA, has_logits=True, bound_alpha=2 * ALPHA)
     assert whole.tests == shared.tests
     assert (whole.bounds_level, shared.bounds_level) == (2 * ALPHA, ALPHA)
-    m = shared.samples
+    df = shared.samples - 2  # the placebo's draws as the control variate take one more
     for wide, narrow in zip(shared.bounds, whole.bounds, strict=True):
         assert narrow.estimate == wide.estimate
-        if narrow.effect is Effect.SUPPORT:
-            assert narrow.high < wide.high  # Clopper-Pearson: no closed ratio
-            continue
-        ratio = (narrow.high - narrow.low) / (wide.high - wide.low)
-        expected = sps.t.isf(2 * ALPHA, m - 1) / sps.t.isf(ALPHA, m - 1)
-        assert ratio == pytest.approx(expected, rel=1e-9)
+        assert wide.low <= narrow.low  # (the support's: 0 on both)
+        assert narrow.high < wide.high
+        if narrow.effect is Effect.TOP_TOKEN:  # (the others are not symmetric t intervals)
+            ratio = (narrow.high - narrow.low) / (wide.high - wide.low)
+            expected = sps.t.isf(2 * ALPHA, df) / sps.t.isf(ALPHA, df)
+            assert ratio == pytest.approx(expected, rel=1e-9)
     assert f"the bounds at 1 - 2 x {2 * ALPHA:.3g}" in whole.lines()[0]
     assert "the bounds at" not in shared.lines()[0]
     assert PooledAnalysis.from_dict(whole.to_dict()) == whole
     assert "bound_alpha" not in shared.to_dict()  # files written before read as before
+
+
+def test_the_temperature_interval_is_read_in_lambda_at_its_margins():
+    """The estimator reads 0.087 where λ - 1 is 0.1 and -0.12 where it is -0.1 (at these
+    positions): each side is scaled to read the margin there, so the interval lies within
+    the margins exactly when the estimator's lies within those reads."""
+    est, low, high = calibrated((0.087, -0.06, 0.0435), -0.12, 0.087)
+    assert (est, low, high) == pytest.approx((0.1, -0.05, 0.05))
+    assert calibrated((0.02, -0.01, 0.05), 0.01, 0.087) == (0.02, -0.01, 0.05)  # no reads
+
+
+def simulate_paired(prompts, seeds, fault="none", *, tokens=32, drift=0.3):
+    """As `simulate`, each seed's two paths drawing from one random stream (as llama.cpp's
+    do), the speculative rows moved by ``drift``."""
+    out = {}
+    for p in range(prompts):
+        rng = np.random.default_rng([p, 2031])
+        logits = rng.normal(0.0, 2.5, size=(VOCAB, VOCAB)).astype(np.float32)
+        key = f"sim/p{p}"
+        out[key] = [
+            Sample(
+                f"{key}::sampling::seed{s}",
+                *sample_pair(rng, logits, tokens, SAMPLING, fault, drift),
+            )
+            for s in range(seeds)
+        ]
+    return out
+
+
+def _temperature(judged):
+    return next(b for b in judged.pooled.bounds if b.effect is Effect.TEMPERATURE)
+
+
+def test_a_seeds_two_paths_from_one_random_stream_narrow_the_speculative_samples_bounds():
+    """In process the placebo's own effect is 0 under its rows, and where a seed's two paths
+    share their draws its error predicts the speculative samples': the bounds take it as a
+    control variate. The same evidence from independent streams has no such help."""
+    paired = judge_run(simulate_paired(8, 16), Counter(), alpha=ALPHA, has_logits=True)
+    apart = judge_run(simulate(8, 16), Counter(), alpha=ALPHA, has_logits=True)
+    assert paired.pooled.samples == apart.pooled.samples == 8 * 16
+    narrow, wide = _temperature(paired), _temperature(apart)
+    assert narrow.low < 0 < narrow.high
+    assert narrow.high - narrow.low < 0.8 * (wide.high - wide.low)
+    assert paired.verdict.label is Label.EQUIVALENT, paired.verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("fault", "effect"), [("wrong_temp", Effect.TEMPERATURE), ("greedy", Effect.TOP_TOKEN)]
+)
+def test_a_fault_on_the_placebos_random_stream_stays_outside_the_bound(fault, effect):
+    judged = judge_run(simulate_paired(8, 16, fault), Counter(), alpha=ALPHA, has_logits=True)
+    assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
+    bound = next(b for b in judged.pooled.bounds if b.effect is effect)
+    assert bound.low > 0, bound.line  # colder, or the top token too often
 
 
 def _without_top_derivatives(run):
@@ -444,7 +498,8 @@ def _hotter(sample, share, rng):
     """``sample`` with its re-scored likelihood scores lowered by ``share`` of their information
     (re-scored rows under which the tokens look hotter than under their own), and some noise."""
     scores = [
-        (s - share * f + rng.normal(0.0, 0.01), f, t) for s, f, t in sample.scores["target_score"]
+        (s - share * f + rng.normal(0.0, 0.01), f, *rest)
+        for s, f, *rest in sample.scores["target_score"]
     ]
     return dataclasses.replace(sample, scores={**sample.scores, "target_score": tuple(scores)})
 

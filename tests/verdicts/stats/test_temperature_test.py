@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from equiv.config import SamplingConfig
 from equiv.engines.chain import chain_distribution
 from equiv.verdicts.sampling.placebo import quasi_tempering, tempering
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.samples import Sample
-from equiv.verdicts.sampling.token_evidence import chain_evidence, chain_pit, chain_sensitivity
+from equiv.verdicts.sampling.token_evidence import (
+    MARGIN_POWERS,
+    chain_evidence,
+    chain_pit,
+    chain_sensitivity,
+)
 from equiv.verdicts.stats import randomized_pit, temperature_test
 
 ALPHA = 0.01
@@ -304,3 +310,23 @@ def test_a_prompts_analysis_runs_the_temperature_test_on_each_path_that_recorded
     assert "temperature:baseline" not in {t.name for t in analysis.placebo.tests}
     assert "temperature:speculative" in {t.name for t in analysis.consistency}
     assert "temperature:vs-placebo" not in {t.name for t in analysis.tests}
+
+
+@pytest.mark.parametrize("power", MARGIN_POWERS)
+def test_each_token_records_what_the_residuals_read_under_the_margins_tempering(power):
+    """The means of the top token's indicator (less p_top) and of the PIT's normal score under
+    ``p ** power`` (`TokenEvidence.scores`), against the same means of tokens drawn from it."""
+    rng = np.random.default_rng(11)
+    row = _rows(rng, 1, peaked=False)[0] * 0.6
+    ids, p = chain_distribution(row, [], COOL)
+    ids, p = ids[p > 0], p[p > 0]
+    tempered = p**power / np.sum(p**power)
+    draws = ids[rng.choice(ids.size, size=40_000, p=tempered)]
+    evidence = chain_evidence(np.repeat(row[None, :], draws.size, axis=0), list(draws), COOL)
+    pits = np.asarray(evidence.pits)
+    u = randomized_pit(pits[:, 0], pits[:, 1], rng)
+    top, z = (pits[:, 0] == 0.0) - pits[:, 2], norm.ppf(u)
+    recorded = evidence.scores[0][3:5] if power < 1 else evidence.scores[0][5:7]
+    for values, mean in zip((top, z), recorded, strict=True):
+        assert abs(values.mean() - mean) < 4 * values.std() / np.sqrt(values.size)
+    assert abs(recorded[0]) > 8 * top.std() / np.sqrt(top.size)  # it does move
