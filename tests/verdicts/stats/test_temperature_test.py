@@ -211,9 +211,9 @@ def test_the_likelihood_score_has_mean_zero_and_its_recorded_variance_under_the_
     assert float(p @ s**2) == pytest.approx(scores[0][1], rel=1e-6)
     assert all(x[1] == scores[0][1] for x in scores)  # F is the position's, not the token's
     outside = int(np.setdiff1d(np.arange(50), support)[0])
-    assert chain_evidence(row[None, :], [outside], COOL).scores == [[0.0, 0.0, 0.0]]
+    assert chain_evidence(row[None, :], [outside], COOL).scores == [[0.0] * 7]
     lone = np.array([10.0, -50.0, -60.0], dtype=np.float32)
-    assert chain_evidence(lone[None, :], [0], WARM).scores == [[0.0, 0.0, 0.0]]
+    assert chain_evidence(lone[None, :], [0], WARM).scores == [[0.0] * 7]
 
 
 def test_the_top_tokens_derivative_is_that_of_its_probability_under_tempering():
