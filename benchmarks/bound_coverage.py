@@ -62,25 +62,33 @@ def _evidence(rows: list[np.ndarray], tokens: list[int], sampling: SamplingConfi
 
 
 def _paired(
-    rng: np.random.Generator, logits: np.ndarray, n: int, sampling: SamplingConfig, power: float
+    rng: np.random.Generator,
+    logits: np.ndarray,
+    n: int,
+    sampling: SamplingConfig,
+    power: float,
+    drift: float = 0.0,
 ) -> tuple[PathSample, PathSample]:
     """A seed's two paths as llama.cpp draws them: one uniform per token from one stream, the
     token the first whose cumulative probability (most probable first, as its ``dist``
     sampler walks the sorted candidates) reaches it; the speculative path tempered by
-    ``power``. While the two contexts agree their tokens mostly do."""
+    ``power``, its rows moved by normal noise of sd ``drift`` (numeric drift: the rows it
+    reports). While the two contexts agree their tokens mostly do."""
     tokens: tuple[list[int], list[int]] = ([], [])
     rows: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
     prev = [0, 0]
     for _ in range(n):
         u = rng.random()
+        noise = rng.normal(0.0, drift, logits.shape[1]).astype(np.float32) if drift else 0.0
         for path, lam in enumerate((1.0, power)):
-            ids, probs = chain_distribution(logits[prev[path]], tokens[path], sampling)
+            row = logits[prev[path]] + (noise if path else 0.0)
+            ids, probs = chain_distribution(row, tokens[path], sampling)
             order = np.lexsort((ids, -probs))
             tempered = np.power(probs[order], lam)
             cum = np.cumsum(tempered / tempered.sum())
             token = int(ids[order][min(int(np.searchsorted(cum, u)), cum.size - 1)])
             tokens[path].append(token)
-            rows[path].append(logits[prev[path]])
+            rows[path].append(row)
             prev[path] = token
     base, spec = (_evidence(rows[i], tokens[i], sampling) for i in (0, 1))
     return base, spec
@@ -94,7 +102,8 @@ def _run(index: int, args: argparse.Namespace, sampling: SamplingConfig) -> dict
         key = f"sim/p{p}"
         if args.pairing == "seed":
             pairs = [
-                _paired(rng, logits, args.tokens, sampling, args.power) for _ in range(args.seeds)
+                _paired(rng, logits, args.tokens, sampling, args.power, args.drift)
+                for _ in range(args.seeds)
             ]
         else:
             pairs = [
@@ -169,6 +178,9 @@ def main() -> None:
         help="seed: a seed's two paths draw from one random stream, as llama.cpp's do (equiv's "
         "bound then takes the placebo as a control variate); none: independent streams",
     )
+    parser.add_argument(
+        "--drift", type=float, default=0.0, help="sd of the speculative rows' noise (paired)"
+    )
     args = parser.parse_args()
     sampling = SamplingConfig(temp=args.temp, min_p=args.min_p)
     truth = args.power - 1.0
@@ -192,7 +204,8 @@ def main() -> None:
     n = args.runs
     print(
         f"{n} runs of {args.prompts} prompts x {args.seeds} seeds x {args.tokens} tokens, temp "
-        f"{args.temp}, min-p {args.min_p}, true λ {args.power}, pairing {args.pairing}; the "
+        f"{args.temp}, min-p {args.min_p}, true λ {args.power}, pairing {args.pairing}, drift "
+        f"{args.drift}; the "
         f"{1 - 2 * args.alpha:.0%} "
         f"interval (alpha {args.alpha}) ({time.perf_counter() - started:.0f} s):"
     )

@@ -242,10 +242,10 @@ def penalised(sampling: SamplingConfig) -> bool:
     )
 
 
-#: How far below its largest logit `top_k_candidates` looks first. On Gemma 3's rows a model's
-#: top 40 lie within it at 9 positions in 10, and partitioning those candidates alone makes the
-#: chain about 5x faster than partitioning the 262,144 logits (benchmarks/evidence_cost.py);
-#: the rest of the row cannot hold one of the k largest.
+#: How far below its largest logit `top_k_candidates` looks first. On Gemma 3's rows the top 40
+#: lie within it at most positions, and partitioning those candidates alone makes the chain
+#: 3x faster on them than partitioning the 262,144 logits (`evidence_cost.py --model`); the
+#: rest of the row cannot hold one of the k largest.
 NEAR_TOP = 12.0
 
 

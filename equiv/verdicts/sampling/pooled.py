@@ -279,8 +279,8 @@ def pool(
     has_logits: bool,
     bound_alpha: float | None = None,
 ) -> PooledAnalysis:
-    """The pooled tests (at ``alpha``) and bounds (at ``bound_alpha``, default ``alpha``: the
-    run's whole level, which no prompt's test shares) over every prompt's samples.
+    """The pooled tests (at ``alpha``) and bounds (at ``bound_alpha``, ``alpha`` if not given;
+    a run passes its whole level, which no prompt's test shares) over every prompt's samples.
 
     In process (``has_logits``) each path's samples are scored under the rows it reported, the
     logits its engine sampled from; over HTTP under the target's re-scored rows. Where those

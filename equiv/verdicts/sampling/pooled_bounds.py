@@ -68,8 +68,9 @@ _UNITS = {
 
 @dataclass(frozen=True)
 class Bound:
-    """One directed statistic's difference, speculative minus placebo, with its ``1 - 2 alpha``
-    interval and the margin it must lie within for ``equivalent``."""
+    """One directed statistic's effect (the speculative samples' own, or their difference from
+    the placebo's, `bounds`) with its ``1 - 2 alpha`` interval and the margin it must lie
+    within for ``equivalent``."""
 
     effect: Effect
     estimate: float
@@ -154,19 +155,24 @@ def calibrated(
 
 
 def _interval(
-    parts: Sequence[Residuals], floors: Sequence[float], alpha: float, own_rows: bool
+    parts: Sequence[Residuals],
+    floors: Sequence[float],
+    alpha: float,
+    own_rows: bool,
+    *,
+    control: bool = True,
 ) -> tuple[float, float, float]:
     """``(estimate, low, high)`` from each path's residuals (speculative first): the
-    speculative samples' own with the placebo's as their control variate (``own_rows``), else
-    their difference from the placebo's; ``floors``: the least variance of each path's own."""
-    if own_rows:
+    speculative samples' own (``own_rows``) with the placebo's as their control variate
+    (``control``), else their difference from the placebo's; ``floors``: the least variance
+    of each path's own."""
+    if own_rows and control:
         theta, var, df = controlled(parts[0], parts[1], floor=floors[0])
         half = float(sps.t.isf(alpha, max(df, 1))) * math.sqrt(var)
         return theta, theta - half, theta + half
     (est_s, var_s, m_s), (est_b, var_b, m_b) = (cluster_ratio(*part) for part in parts)
-    return difference_interval(
-        (est_s, max(var_s, floors[0]), m_s), (est_b, max(var_b, floors[1]), m_b), alpha
-    )
+    placebo = (0.0, 0.0, m_s) if own_rows else (est_b, max(var_b, floors[1]), m_b)
+    return difference_interval((est_s, max(var_s, floors[0]), m_s), placebo, alpha)
 
 
 def _temperature(
@@ -179,9 +185,10 @@ def _temperature(
 ) -> Bound | None:
     """The temperature's bound: from the top token's indicator and the PIT's normal score
     combined (`equiv.verdicts.sampling.placebo.quasi_tempering`), calibrated to ``λ - 1`` where
-    the records say what it reads at the margins (`calibrated`); from the normal scores alone
-    where they lack the top token's derivative (written before equiv recorded it). None
-    without the sensitivities."""
+    the records say what it reads at the margins (`calibrated`; in both designs by the
+    speculative samples' reads: the placebo's own effect is 0), and only then with the
+    control variate; from the normal scores alone where they lack the top token's derivative
+    (written before equiv recorded it). None without the sensitivities."""
     if any(sens is None for _, _, sens in data.values()):
         return None
     rng = np.random.default_rng(pit_seed(records) + 11)
@@ -200,13 +207,17 @@ def _temperature(
             h, info = w * sps.norm.ppf(np.clip(u, 1e-16, 1.0 - 1e-16)), w * w
             floors.append(0.0)
         parts.append((h, info, ids))
-    estimates = _interval(parts, floors, alpha, own_rows)
     pits, _, sens = data["speculative"]
     t, moves = tops["speculative"], margin_moves(records, "speculative", key)
-    if combined and t is not None and sens is not None and moves is not None:
-        total = float(parts[0][1].sum())
-        reads = (float(m.sum()) / total for m in tempering_means(sens, pits[:, 2], t, moves))
-        estimates = calibrated(estimates, *reads)
+    total = float(parts[0][1].sum())
+    if not combined or t is None or sens is None or moves is None or total <= 0:
+        # no reads at the margins (files written before them, or no information): the
+        # estimator's own interval, without the control variate that would narrow it past
+        # what its bias at the margins allows (benchmarks/bound_coverage.py)
+        estimates = _interval(parts, floors, alpha, own_rows, control=False)
+        return Bound(Effect.TEMPERATURE, *estimates, MARGINS[Effect.TEMPERATURE])
+    reads = (float(m.sum()) / total for m in tempering_means(sens, pits[:, 2], t, moves))
+    estimates = calibrated(_interval(parts, floors, alpha, own_rows), *reads)
     return Bound(Effect.TEMPERATURE, *estimates, MARGINS[Effect.TEMPERATURE])
 
 

@@ -21,6 +21,8 @@ from equiv.records import RUN_KEY, RunRecord, parse_record
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import ScoredTest
 from equiv.verdicts.sampling.fidelity import EXACT_TV, Fidelity
+from equiv.verdicts.sampling.pit_tests import pit_seed, tokens_of, top_derivatives
+from equiv.verdicts.sampling.placebo import quasi_tempering
 from equiv.verdicts.sampling.pooled import (
     Design,
     PooledAnalysis,
@@ -36,6 +38,7 @@ from equiv.verdicts.sampling.run_verdict import (
     judge_run,
 )
 from equiv.verdicts.sampling.samples import PathSample, Sample
+from equiv.verdicts.stats import randomized_pit
 
 SAMPLING = SamplingConfig(temp=0.8)
 VOCAB = 32
@@ -235,17 +238,72 @@ def _temperature(judged):
     return next(b for b in judged.pooled.bounds if b.effect is Effect.TEMPERATURE)
 
 
+def _shuffled_placebo(run):
+    """``run`` with each prompt's placebo samples given to other seeds: the same draws, no
+    longer paired with the speculative sample of their seed."""
+    out = {}
+    for key, samples in run.items():
+        placebos = [s.baseline for s in samples]
+        moved = placebos[1:] + placebos[:1]
+        out[key] = [dataclasses.replace(s, baseline=b) for s, b in zip(samples, moved, strict=True)]
+    return out
+
+
 def test_a_seeds_two_paths_from_one_random_stream_narrow_the_speculative_samples_bounds():
     """In process the placebo's own effect is 0 under its rows, and where a seed's two paths
     share their draws its error predicts the speculative samples': the bounds take it as a
-    control variate. The same evidence from independent streams has no such help."""
-    paired = judge_run(simulate_paired(8, 16), Counter(), alpha=ALPHA, has_logits=True)
-    apart = judge_run(simulate(8, 16), Counter(), alpha=ALPHA, has_logits=True)
-    assert paired.pooled.samples == apart.pooled.samples == 8 * 16
+    control variate. The same draws with the placebo's seeds shuffled give no such help."""
+    run = simulate_paired(8, 16)
+    paired = judge_run(run, Counter(), alpha=ALPHA, has_logits=True)
+    apart = judge_run(_shuffled_placebo(run), Counter(), alpha=ALPHA, has_logits=True)
     narrow, wide = _temperature(paired), _temperature(apart)
     assert narrow.low < 0 < narrow.high
     assert narrow.high - narrow.low < 0.8 * (wide.high - wide.low)
+    tops = [
+        next(b for b in j.pooled.bounds if b.effect is Effect.TOP_TOKEN) for j in (paired, apart)
+    ]
+    assert tops[0].high - tops[0].low < tops[1].high - tops[1].low
     assert paired.verdict.label is Label.EQUIVALENT, paired.verdict.reason
+
+
+def _three_scores(run):
+    """``run`` as files written before the margins' reads were recorded hold it."""
+
+    def strip(path):
+        scores = {k: tuple(score[:3] for score in v) for k, v in path.scores.items()}
+        return dataclasses.replace(path, scores=scores)
+
+    return {
+        key: [
+            dataclasses.replace(s, baseline=strip(s.baseline), speculative=strip(s.speculative))
+            for s in samples
+        ]
+        for key, samples in run.items()
+    }
+
+
+def test_without_the_margins_reads_the_temperature_bound_is_the_speculative_samples_own():
+    """Older files: the estimator's own interval (its variance floored by the rows'), neither
+    calibrated nor narrowed by the control variate, whose width its bias at the margins would
+    not allow."""
+    run = _three_scores(simulate_paired(4, 16))
+    records = [s for samples in run.values() for s in samples]
+    bound = _temperature(judge_run(run, Counter(), alpha=ALPHA, has_logits=True))
+    pits, ids, sens = tokens_of(records, "speculative", "chain_pit")
+    rng = np.random.default_rng(pit_seed(records) + 11)
+    u = randomized_pit(pits[:, 0], pits[:, 1], rng)
+    t = top_derivatives(records, "speculative", "chain_pit")
+    theta, var, m = quasi_tempering(u, sens, pits[:, 2], t, ids)
+    half = sps.t.isf(ALPHA, m - 1) * np.sqrt(var)
+    assert (bound.estimate, bound.low, bound.high) == pytest.approx(
+        (theta, theta - half, theta + half)
+    )
+
+
+def test_a_run_whose_chain_leaves_one_token_everywhere_has_no_temperature_interval():
+    run = simulate(2, 4, sampling=SamplingConfig(temp=0.8, top_k=1))
+    bound = _temperature(judge_run(run, Counter(), alpha=ALPHA, has_logits=True))
+    assert not bound.within
 
 
 @pytest.mark.parametrize(
