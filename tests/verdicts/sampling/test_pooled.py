@@ -268,18 +268,7 @@ def test_a_seeds_two_paths_from_one_random_stream_narrow_the_speculative_samples
 
 def _three_scores(run):
     """``run`` as files written before the margins' reads were recorded hold it."""
-
-    def strip(path):
-        scores = {k: tuple(score[:3] for score in v) for k, v in path.scores.items()}
-        return dataclasses.replace(path, scores=scores)
-
-    return {
-        key: [
-            dataclasses.replace(s, baseline=strip(s.baseline), speculative=strip(s.speculative))
-            for s in samples
-        ]
-        for key, samples in run.items()
-    }
+    return _scores_cut(run, 3)
 
 
 def test_without_the_margins_reads_the_temperature_bound_is_the_speculative_samples_own():
@@ -318,9 +307,14 @@ def test_a_fault_on_the_placebos_random_stream_stays_outside_the_bound(fault, ef
 
 def _without_top_derivatives(run):
     """The run as files written before equiv recorded ``t`` hold it: scores of two entries."""
+    return _scores_cut(run, 2)
+
+
+def _scores_cut(run, entries):
+    """``run`` with each token's scores cut to their first ``entries``."""
 
     def strip(path):
-        scores = {k: tuple(score[:2] for score in v) for k, v in path.scores.items()}
+        scores = {k: tuple(score[:entries] for score in v) for k, v in path.scores.items()}
         return dataclasses.replace(path, scores=scores)
 
     return {
