@@ -21,77 +21,22 @@ call the deployment within the margin too soon) and above it.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
 
 from equiv.config import SamplingConfig
-from equiv.engines.chain import chain_distribution
 from equiv.verdicts.sampling.placebo import cluster_ratio, tempering
 from equiv.verdicts.sampling.pooled import pool
 from equiv.verdicts.sampling.pooled_bounds import Bound, Effect
-from equiv.verdicts.sampling.samples import PathSample, Sample
-from equiv.verdicts.sampling.token_evidence import chain_evidence
+from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import randomized_pit
 
-
-def _path(
-    rng: np.random.Generator, logits: np.ndarray, n: int, sampling: SamplingConfig, power: float
-) -> PathSample:
-    tokens: list[int] = []
-    rows, prev = [], 0
-    for _ in range(n):
-        ids, probs = chain_distribution(logits[prev], tokens, sampling)
-        tempered = np.power(probs, power)
-        token = int(ids[rng.choice(ids.size, p=tempered / tempered.sum())])
-        tokens.append(token)
-        rows.append(logits[prev])
-        prev = token
-    return _evidence(rows, tokens, sampling)
-
-
-def _evidence(rows: list[np.ndarray], tokens: list[int], sampling: SamplingConfig) -> PathSample:
-    ev = chain_evidence(np.asarray(rows), tokens, sampling)
-    return PathSample(
-        tokens=tuple(tokens),
-        pits={"chain_pit": tuple((a, b, c) for a, b, c in ev.pits)},
-        sensitivities={"chain_sensitivity": tuple(ev.sensitivities)},
-        scores={"chain_score": tuple(tuple(x) for x in ev.scores)},
-    )
-
-
-def _paired(
-    rng: np.random.Generator,
-    logits: np.ndarray,
-    n: int,
-    sampling: SamplingConfig,
-    power: float,
-    drift: float = 0.0,
-) -> tuple[PathSample, PathSample]:
-    """A seed's two paths as llama.cpp draws them: one uniform per token from one stream, the
-    token the first whose cumulative probability (most probable first, as its ``dist``
-    sampler walks the sorted candidates) reaches it; the speculative path tempered by
-    ``power``, its rows moved by normal noise of sd ``drift`` (numeric drift: the rows it
-    reports). While the two contexts agree their tokens mostly do."""
-    tokens: tuple[list[int], list[int]] = ([], [])
-    rows: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
-    prev = [0, 0]
-    for _ in range(n):
-        u = rng.random()
-        noise = rng.normal(0.0, drift, logits.shape[1]).astype(np.float32) if drift else 0.0
-        for path, lam in enumerate((1.0, power)):
-            row = logits[prev[path]] + (noise if path else 0.0)
-            ids, probs = chain_distribution(row, tokens[path], sampling)
-            order = np.lexsort((ids, -probs))
-            tempered = np.power(probs[order], lam)
-            cum = np.cumsum(tempered / tempered.sum())
-            token = int(ids[order][min(int(np.searchsorted(cum, u)), cum.size - 1)])
-            tokens[path].append(token)
-            rows[path].append(row)
-            prev[path] = token
-    base, spec = (_evidence(rows[i], tokens[i], sampling) for i in (0, 1))
-    return base, spec
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from simulated_chain import sample_pair, sample_path  # type: ignore[import-not-found]  # tests/
 
 
 def _run(index: int, args: argparse.Namespace, sampling: SamplingConfig) -> dict[str, list[Sample]]:
@@ -102,14 +47,14 @@ def _run(index: int, args: argparse.Namespace, sampling: SamplingConfig) -> dict
         key = f"sim/p{p}"
         if args.pairing == "seed":
             pairs = [
-                _paired(rng, logits, args.tokens, sampling, args.power, args.drift)
+                sample_pair(rng, logits, args.tokens, sampling, drift=args.drift, power=args.power)
                 for _ in range(args.seeds)
             ]
         else:
             pairs = [
                 (
-                    _path(rng, logits, args.tokens, sampling, 1.0),
-                    _path(rng, logits, args.tokens, sampling, args.power),
+                    sample_path(rng, logits, args.tokens, sampling),
+                    sample_path(rng, logits, args.tokens, sampling, power=args.power),
                 )
                 for _ in range(args.seeds)
             ]

@@ -17,8 +17,14 @@ from equiv.verdicts.sampling.token_evidence import chain_evidence
 __all__ = ["faulty", "sample_pair", "sample_path"]
 
 
-def faulty(probs: npt.NDArray[np.float64], fault: str) -> npt.NDArray[np.float64]:
-    """The distribution a faulty sampler draws from instead of ``probs``."""
+def faulty(
+    probs: npt.NDArray[np.float64], fault: str, power: float = 1.0
+) -> npt.NDArray[np.float64]:
+    """The distribution a faulty sampler draws from instead of ``probs``; ``power`` tempers it
+    further (``p ** power``, the true λ of a simulated run)."""
+    if power != 1.0:
+        tempered = np.power(faulty(probs, fault), power)
+        return tempered / tempered.sum()
     if fault == "wrong_temp":  # about 18 % colder
         tempered = np.power(probs, 1 / 0.85)
         return tempered / tempered.sum()
@@ -35,14 +41,15 @@ def sample_path(
     n: int,
     sampling: SamplingConfig,
     fault: str = "none",
+    power: float = 1.0,
 ) -> PathSample:
-    """``n`` tokens from token 0 on, with their evidence."""
+    """``n`` tokens from token 0 on, with their evidence (`faulty`: ``fault`` and ``power``)."""
     tokens: list[int] = []
     rows = []
     prev = 0
     for _ in range(n):
         ids, probs = chain_distribution(logits[prev], tokens, sampling)
-        token = int(ids[rng.choice(ids.size, p=faulty(probs, fault))])
+        token = int(ids[rng.choice(ids.size, p=faulty(probs, fault, power))])
         tokens.append(token)
         rows.append(logits[prev])
         prev = token
@@ -66,11 +73,12 @@ def sample_pair(
     sampling: SamplingConfig,
     fault: str = "none",
     drift: float = 0.0,
+    power: float = 1.0,
 ) -> tuple[PathSample, PathSample]:
     """A seed's baseline and speculative samples as llama.cpp draws them: one uniform a token
     from one stream, the token the first whose cumulative probability (most probable first)
     reaches it. The speculative path samples from rows moved by ``drift`` (normal noise, its
-    numeric drift: those are the rows it reports) and with ``fault``."""
+    numeric drift: those are the rows it reports) and with ``fault`` and ``power`` (`faulty`)."""
     tokens: tuple[list[int], list[int]] = ([], [])
     rows: tuple[list, list] = ([], [])
     prev = [0, 0]
@@ -80,7 +88,7 @@ def sample_pair(
         for path in (0, 1):
             row = logits[prev[path]] + (noise if path else 0.0)
             ids, probs = chain_distribution(row, tokens[path], sampling)
-            probs = faulty(probs, fault) if path else probs
+            probs = faulty(probs, fault, power) if path else probs
             order = np.lexsort((ids, -probs))
             cum = np.cumsum(probs[order])
             token = int(ids[order][min(int(np.searchsorted(cum, u * cum[-1])), cum.size - 1)])

@@ -40,6 +40,7 @@ __all__ = [
     "PathTokens",
     "cluster_ratio",
     "information_floor",
+    "normal_score_residuals",
     "pit_vs_placebo",
     "quasi_tempering",
     "temperature_vs_placebo",
@@ -93,6 +94,12 @@ def tempering(
     sensitivities ``k`` (`equiv.verdicts.sampling.token_evidence.chain_sensitivity`):
     ``λ - 1 = Σ k Z / Σ k²`` with ``Z`` the PIT's normal scores and ``k <= 0`` (colder:
     positive, as `equiv.verdicts.stats.temperature_test` reads it), samples as clusters."""
+    h, info = normal_score_residuals(u, k)
+    return (*cluster_ratio(h, info, samples), float(info.sum()))
+
+
+def normal_score_residuals(u: npt.ArrayLike, k: npt.ArrayLike) -> tuple[FloatArray, FloatArray]:
+    """Each token's ``k Z`` and ``k²`` (`tempering`, whose ``λ - 1`` is their sums' ratio)."""
     x = np.asarray(u, dtype=np.float64).reshape(-1)
     w = np.minimum(np.asarray(k, dtype=np.float64).reshape(-1), 0.0)
     if x.shape != w.shape:
@@ -100,7 +107,7 @@ def tempering(
     if x.size and (np.isnan(x).any() or x.min() < 0.0 or x.max() > 1.0):
         raise ValueError("PIT values must lie in [0, 1]; build them with randomized_pit")
     z = sps.norm.ppf(np.clip(x, 1e-16, 1.0 - 1e-16))
-    return (*cluster_ratio(w * z, w * w, samples), float(np.dot(w, w)))
+    return w * z, w * w
 
 
 def _weights(

@@ -20,6 +20,7 @@ from equiv.verdicts.sampling.pit_tests import margin_moves, pit_seed
 from equiv.verdicts.sampling.placebo import (
     cluster_ratio,
     information_floor,
+    normal_score_residuals,
     tempering_means,
     tempering_residuals,
 )
@@ -203,8 +204,7 @@ def _temperature(
             h, info = tempering_residuals(u, sens, pits[:, 2], t)
             floors.append(information_floor(info))
         else:  # the normal scores alone (`tempering`)
-            w = np.minimum(sens, 0.0)
-            h, info = w * sps.norm.ppf(np.clip(u, 1e-16, 1.0 - 1e-16)), w * w
+            h, info = normal_score_residuals(u, sens)
             floors.append(0.0)
         parts.append((h, info, ids))
     pits, _, sens = data["speculative"]
