@@ -299,20 +299,7 @@ def pool(
     design = Design.of(records, has_logits)
     if not records:
         return PooledAnalysis(alpha, 0, 0, 0, 0, left_out=left_out, design=design)
-    checks: list[TestResult] = []  # the placebo's, judging the instrument
-    if design.one_sample:
-        tests, checks = (against_rows(records, p, key, alpha) for p in ("speculative", "baseline"))
-    else:
-        tests = [
-            dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
-            for t in vs_placebo(records, key, key, alpha, 0.1, "")
-        ]
-    reported: list[TestResult] = []  # the placebo's against its reported rows, its own family
-    drift = None
-    if not has_logits and _has_reported(records):
-        tests += against_rows(records, "speculative", REPORTED, alpha, label="reported")
-        reported = against_rows(records, "baseline", REPORTED, alpha, label="reported")
-        drift = drift_shift(records, alpha=level)
+    tests, checks, reported, drift = _tests(records, design, key, alpha, has_logits, level)
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}
@@ -332,6 +319,34 @@ def pool(
         drift=drift,
         bound_alpha=bound_alpha,
     )
+
+
+def _tests(
+    records: Sequence[Sample],
+    design: Design,
+    key: str,
+    alpha: float,
+    has_logits: bool,
+    level: float,
+) -> tuple[list[TestResult], list[TestResult], list[TestResult], DriftShift | None]:
+    """The pooled tests but the support's, the placebo's checks of the instrument (one-sample
+    designs), the placebo's own against its reported rows, and the drift shift (over HTTP where
+    the servers reported rows; at the bounds' ``level``)."""
+    checks: list[TestResult] = []  # the placebo's, judging the instrument
+    if design.one_sample:
+        tests, checks = (against_rows(records, p, key, alpha) for p in ("speculative", "baseline"))
+    else:
+        tests = [
+            dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
+            for t in vs_placebo(records, key, key, alpha, 0.1, "")
+        ]
+    reported: list[TestResult] = []  # the placebo's against its reported rows, its own family
+    drift = None
+    if not has_logits and _has_reported(records):
+        tests += against_rows(records, "speculative", REPORTED, alpha, label="reported")
+        reported = against_rows(records, "baseline", REPORTED, alpha, label="reported")
+        drift = drift_shift(records, alpha=level)
+    return tests, checks, reported, drift
 
 
 def _has_reported(records: Sequence[Sample]) -> bool:
