@@ -2,7 +2,9 @@
 sampling statistics: a first-order chain over a small vocabulary (each token's row of
 ``logits`` gives the next), sampled with a seeded numpy generator, with the evidence a run
 records in process (`chain_evidence`). A faulty path samples from the chain tempered colder
-(``wrong_temp``) or with extra mass on the top token (``greedy``)."""
+(``wrong_temp``), with extra mass on the top token (``greedy``), or now and then emits a token
+outside the chain's support (``outside``: `OUTSIDE_RATE` of its tokens, as a sampler that
+ignores a cut-off)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from equiv.engines.chain import chain_distribution
 from equiv.verdicts.sampling.samples import PathSample
 from equiv.verdicts.sampling.token_evidence import chain_evidence
 
-__all__ = ["faulty", "sample_pair", "sample_path"]
+__all__ = ["OUTSIDE_RATE", "faulty", "sample_pair", "sample_path"]
+
+#: The share of ``outside``'s tokens drawn from outside the chain's support.
+OUTSIDE_RATE = 0.01
 
 
 def faulty(
@@ -50,6 +55,9 @@ def sample_path(
     for _ in range(n):
         ids, probs = chain_distribution(logits[prev], tokens, sampling)
         token = int(ids[rng.choice(ids.size, p=faulty(probs, fault, power))])
+        outside = np.setdiff1d(np.arange(logits.shape[1]), ids[probs > 0])
+        if fault == "outside" and outside.size and rng.random() < OUTSIDE_RATE:
+            token = int(rng.choice(outside))  # a cut-off ignored: a token the chain cannot emit
         tokens.append(token)
         rows.append(logits[prev])
         prev = token

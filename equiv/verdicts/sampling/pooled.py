@@ -35,8 +35,9 @@ The tests:
   a too-cold sampler, "relaxed" acceptance of the runner-up);
 - ``temperature``: ``λ - 1`` of the tempered family ``p ** λ`` (a wrong temperature anywhere);
 - ``support``: tokens the configured chain cannot emit under the rows (a top-k/top-p/min-p cut-off
-  ignored, a residual without its clamp or its normalisation): in both designs an exact
-  conditional binomial test of the two paths' counts.
+  ignored, a residual without its clamp or its normalisation): in process an exact binomial
+  test of the count against the instrument's tolerance (`SUPPORT_TOLERANCE`), the placebo's
+  own its check; over HTTP an exact conditional binomial test of the two paths' counts.
 
 They are Holm-adjusted among themselves at the run's pooled level. Beside each directed test a
 *bound* with its ``1 - 2 alpha`` confidence interval (the two one-sided tests of TOST at
@@ -85,13 +86,20 @@ from equiv.verdicts.stats.result import not_enough
 
 __all__ = [
     "REPORTED",
+    "SUPPORT_TOLERANCE",
     "Design",
     "PooledAnalysis",
     "against_rows",
     "is_reported",
     "pool",
+    "support_against_rows",
     "support_vs_placebo",
 ]
+
+#: In process, the share of a correct sampler's tokens equiv's chain may put outside the support
+#: of the rows it sampled from (a token at a cut-off within rounding): 6 times the 95 % bound of
+#: none in 180,703 measured (docs/verdicts.md); over HTTP the paths are compared instead.
+SUPPORT_TOLERANCE = 1e-4
 
 #: Over HTTP, the PIT entries of the tokens whose sampled-from row the server reported
 #: (`equiv.verdicts.sampling.token_evidence.reported_evidence`).
@@ -240,10 +248,36 @@ def support_vs_placebo(
     return TestResult(name, float(a), p_value, alpha, n_s + n_b, None, None, a / n_s, detail)
 
 
-def _support(data: PathData, alpha: float) -> TestResult:
+def support_against_rows(
+    outside: int, tokens: int, *, alpha: float, tolerance: float = SUPPORT_TOLERANCE
+) -> TestResult:
+    """Does a path emit more tokens outside the chain's support than the instrument's
+    ``tolerance`` allows, under the very rows it sampled from? The exact one-sided binomial
+    p-value of ``outside`` in ``tokens`` at that share."""
+    name = "support_against_rows"
+    if tokens < 1:
+        return not_enough(name, alpha, tokens, "no tokens")
+    p_value = float(sps.binom.sf(outside - 1, tokens, tolerance)) if outside else 1.0
+    detail = (
+        f"tokens outside the chain's support: {outside} of {tokens}; exact binomial test "
+        f"against the instrument's tolerance of {tolerance:g} a token"
+    )
+    return TestResult(
+        name, float(outside), p_value, alpha, tokens, None, None, outside / tokens, detail
+    )
+
+
+def _support(data: PathData, alpha: float, design: Design) -> tuple[TestResult, list[TestResult]]:
+    """The support test (`support_against_rows` in process, the placebo's own its check;
+    otherwise `support_vs_placebo`) and the placebo's check, named ``support:pooled``."""
     counts = [(int(np.sum(pits[:, 1] == 0.0)), len(pits)) for pits, _, _ in data.values()]
-    result = support_vs_placebo(counts[0], counts[1], alpha=alpha)
-    return dataclasses.replace(result, name="support:pooled")
+    if design is not Design.OWN_ROWS:
+        result = support_vs_placebo(counts[0], counts[1], alpha=alpha)
+        return dataclasses.replace(result, name="support:pooled"), []
+    spec, placebo = (support_against_rows(*c, alpha=alpha) for c in counts)
+    return dataclasses.replace(spec, name="support:pooled"), [
+        dataclasses.replace(placebo, name="support:pooled")
+    ]
 
 
 def _carriers(
@@ -303,7 +337,9 @@ def pool(
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}
-    tests.append(_support(data, alpha))
+    support, support_check = _support(data, alpha, design)
+    tests.append(support)
+    checks += support_check
     return PooledAnalysis(
         alpha=alpha,
         prompts=len(pooled),

@@ -24,10 +24,12 @@ from equiv.verdicts.sampling.fidelity import EXACT_TV, Fidelity
 from equiv.verdicts.sampling.pit_tests import pit_seed, tokens_of, top_derivatives
 from equiv.verdicts.sampling.placebo import quasi_tempering
 from equiv.verdicts.sampling.pooled import (
+    SUPPORT_TOLERANCE,
     Design,
     PooledAnalysis,
     is_reported,
     pool,
+    support_against_rows,
     support_vs_placebo,
 )
 from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect, calibrated
@@ -126,12 +128,42 @@ def test_in_process_the_speculative_samples_meet_their_own_rows_and_the_placebo_
     pooled = judged.pooled
     assert pooled.design is Design.OWN_ROWS
     assert {t.kind for t in pooled.tests} == {"pit", "top-token", "temperature", "support"}
-    assert {t.kind for t in pooled.instrument} == {"pit", "top-token", "temperature"}
+    assert {t.kind for t in pooled.instrument} == {"pit", "top-token", "temperature", "support"}
     assert not pooled.instrument_rejected(), pooled.lines()
     assert "are not draws from the rows they were sampled from" in judged.verdict.reason
     assert any("the instrument's check" in line for line in pooled.lines())
     again = PooledAnalysis.from_dict(pooled.to_dict())
     assert again == pooled
+
+
+def test_in_process_a_few_tokens_outside_the_chains_support_are_a_sampler_bug():
+    """Under the very rows a path sampled from, a token its chain cannot emit is the sampler's
+    (or, within `SUPPORT_TOLERANCE`, the instrument's): a handful convicts, where comparing
+    the count with the placebo's needs about ten."""
+    judged = judge_run(simulate(2, 8, "outside"), Counter(), alpha=ALPHA, has_logits=True)
+    support = next(t for t in judged.pooled.tests if t.kind == "support")
+    outside, tokens = int(support.statistic), support.n
+    assert 1 <= outside <= 12
+    assert support.p_value == pytest.approx(sps.binom.sf(outside - 1, tokens, SUPPORT_TOLERANCE))
+    assert support.p_adjusted < ALPHA
+    versus = support_vs_placebo((outside, tokens), (0, tokens), alpha=ALPHA)
+    assert versus.p_value == pytest.approx(0.5**outside)
+    assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
+    assert not judged.pooled.instrument_rejected()
+
+
+def test_a_placebo_outside_its_own_support_breaks_the_instrument_not_the_deployment():
+    run = simulate(2, 8, "outside", placebo="outside")
+    judged = judge_run(run, Counter(), alpha=ALPHA, has_logits=True)
+    assert [t.kind for t in judged.pooled.instrument_rejected()] == ["support"]
+    assert judged.verdict.label is Label.INCONCLUSIVE, judged.verdict.reason
+
+
+def test_the_support_test_against_rows_is_the_binomial_at_the_tolerance():
+    assert support_against_rows(0, 500, alpha=ALPHA).p_value == 1.0
+    p_two = support_against_rows(2, 500, alpha=ALPHA, tolerance=0.001).p_value
+    assert p_two == pytest.approx(1 - 0.999**500 - 500 * 0.001 * 0.999**499)
+    assert support_against_rows(0, 0, alpha=ALPHA).p_value == 1.0
 
 
 def test_an_instrument_the_placebo_fails_is_inconclusive_never_a_sampler_bug():
