@@ -9,10 +9,14 @@ Each simulated run is ``--prompts`` prompts x ``--seeds`` samples x ``--tokens``
 prompt a random first-order chain over ``--vocab`` tokens (logits N(0, ``--scale``)), sampled
 through equiv's own chain at ``--temp`` (top-k 40, top-p 0.95, min-p 0.05 unless given) and
 then tempered by ``--power`` (the true λ: 1 for a correct sampler). The bound is the one-sample
-design's (`equiv.verdicts.sampling.pooled`, in process), at the pooled level ``--alpha``:
+design's (`equiv.verdicts.sampling.pooled`, in process), at the pooled level ``--alpha``; with
+``--design vs-placebo`` the difference speculative minus placebo that a run over HTTP bounds
+where its re-scoring is not exact (the same rows stand in for the re-scored ones; the placebo's
+true effect is 0, so the truth is the same):
 
     python benchmarks/bound_coverage.py --runs 400 --temp 0.2 --power 1.0
     python benchmarks/bound_coverage.py --runs 400 --temp 0.2 --power 1.1
+    python benchmarks/bound_coverage.py --runs 400 --temp 0.2 --power 1.1 --design vs-placebo
 
 Misses are counted by side: an interval below the truth (at λ 1.1, a colder sampler, it would
 call the deployment within the margin too soon) and above it.
@@ -29,9 +33,10 @@ import numpy as np
 from scipy import stats as sps
 
 from equiv.config import SamplingConfig
+from equiv.verdicts.sampling.pit_tests import tokens_of, top_derivatives
 from equiv.verdicts.sampling.placebo import cluster_ratio, tempering
-from equiv.verdicts.sampling.pooled import pool
-from equiv.verdicts.sampling.pooled_bounds import Bound, Effect
+from equiv.verdicts.sampling.pooled import Design, pool
+from equiv.verdicts.sampling.pooled_bounds import Bound, Effect, bounds
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import randomized_pit
 
@@ -62,10 +67,16 @@ def _run(index: int, args: argparse.Namespace, sampling: SamplingConfig) -> dict
     return out
 
 
-def _temperature(run: dict[str, list[Sample]], alpha: float) -> Bound:
-    """equiv's own bound (one sample, in process)."""
-    pooled = pool(run, alpha=alpha, has_logits=True)
-    return next(b for b in pooled.bounds if b.effect is Effect.TEMPERATURE)
+def _temperature(run: dict[str, list[Sample]], alpha: float, design: Design) -> Bound:
+    """equiv's own bound: one sample as in process, or the difference from the placebo."""
+    if design is Design.OWN_ROWS:
+        found = pool(run, alpha=alpha, has_logits=True).bounds
+    else:
+        records = [s for samples in run.values() for s in samples]
+        data = {path: tokens_of(records, path, "chain_pit") for path in ("speculative", "baseline")}
+        tops = {path: top_derivatives(records, path, "chain_pit") for path in data}
+        found = bounds(records, data, tops, alpha, own_rows=False)
+    return next(b for b in found if b.effect is Effect.TEMPERATURE)
 
 
 def _by_scores(run: dict[str, list[Sample]], alpha: float) -> tuple[float, float]:
@@ -126,6 +137,14 @@ def main() -> None:
     parser.add_argument(
         "--drift", type=float, default=0.0, help="sd of the speculative rows' noise (paired)"
     )
+    parser.add_argument(
+        "--design",
+        type=Design,
+        choices=(Design.OWN_ROWS, Design.VS_PLACEBO),
+        default=Design.OWN_ROWS,
+        help="own-rows: the speculative samples' own effect (in process); vs-placebo: their "
+        "difference from the placebo's (over HTTP, the re-scoring not exact)",
+    )
     args = parser.parse_args()
     sampling = SamplingConfig(temp=args.temp, min_p=args.min_p)
     truth = args.power - 1.0
@@ -136,7 +155,7 @@ def main() -> None:
     width: dict[str, list[float]] = {name: [] for name in names}
     for i in range(args.first, args.first + args.runs):
         run = _run(i, args, sampling)
-        bound = _temperature(run, args.alpha)
+        bound = _temperature(run, args.alpha, args.design)
         intervals = {
             "equiv": (bound.low, bound.high),
             "normal": _by_normal(run, args.alpha, i),
@@ -150,7 +169,7 @@ def main() -> None:
     print(
         f"{n} runs of {args.prompts} prompts x {args.seeds} seeds x {args.tokens} tokens, temp "
         f"{args.temp}, min-p {args.min_p}, true λ {args.power}, pairing {args.pairing}, drift "
-        f"{args.drift}; the "
+        f"{args.drift}, design {args.design}; the "
         f"{1 - 2 * args.alpha:.0%} "
         f"interval (alpha {args.alpha}) ({time.perf_counter() - started:.0f} s):"
     )

@@ -33,7 +33,10 @@ of the prompts named for ``--seeds`` seeds; a subset is the same random seeds on
 (a run with fewer seeds), judged as the run judges itself (`judge_run` at alpha x
 `POOLED_SHARE`: the pooled tests of the emitted tokens against the placebo, which see no
 judgement evidence, so both power columns are the same test); the Neyman-Pearson limit is over
-all the prompts' positions; false positives are disjoint groups of seeds on all prompts.
+all the prompts' positions; false positives are disjoint groups of seeds on all prompts. With
+``--unit sample`` the subsets are of single samples, whatever their prompt (a run whose prompts
+have different numbers of seeds): a budget's step is then one sample, not one seed of every
+prompt, for the faults whose limit is below one seed's tokens.
 
     python benchmarks/fault_detection.py --pooled chat/haiku_autumn,chat/cpu_explain,... \
         --seeds 24 --max-tokens 24
@@ -217,6 +220,30 @@ def pooled_flagged(pools: dict[str, list[Sample]], seeds: Sequence[int]) -> bool
     return judged.verdict.label is Label.SAMPLER_BUG
 
 
+def pooled_needed_by_sample(
+    pools: dict[str, list[Sample]], rng: np.random.Generator, reps: int
+) -> str:
+    """The fewest tokens with power >= 0.95 over random subsets of the pool's samples (a run
+    whose prompts have different numbers of seeds, as one with seeds where the evidence is):
+    the subsets' mean token count at the smallest size that reaches it."""
+    units = [(key, i) for key, pool in pools.items() for i in range(len(pool))]
+    for k in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96):
+        if k > len(units):
+            break
+        hits, tokens = 0, 0
+        for _ in range(reps if k < len(units) else 1):
+            by_prompt: dict[str, list[Sample]] = {}
+            for j in rng.choice(len(units), size=k, replace=False):
+                key, i = units[j]
+                by_prompt.setdefault(key, []).append(pools[key][i])
+            tokens += sum(tokens_of(v) for v in by_prompt.values())
+            judged = judge_run(by_prompt, Counter(), alpha=ALPHA * POOLED_SHARE, has_logits=True)
+            hits += judged.verdict.label is Label.SAMPLER_BUG
+        if hits / (reps if k < len(units) else 1) >= POWER:
+            return str(round(tokens / (reps if k < len(units) else 1)))
+    return f"> {sum(tokens_of(p) for p in pools.values())}"
+
+
 def pooled_needed(pools: dict[str, list[Sample]], rng: np.random.Generator, reps: int) -> str:
     """The fewest tokens (on all prompts together) with power >= 0.95, over seed subsets."""
     seeds = min(len(p) for p in pools.values())
@@ -309,6 +336,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--pooled", help="prompt keys, comma-separated: judge the run pooled")
+    parser.add_argument(
+        "--unit",
+        choices=("seed", "sample"),
+        default="seed",
+        help="--pooled: subsets of whole seeds (every prompt), or of single samples",
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(2026)
     if args.pooled:
@@ -353,7 +386,8 @@ def pooled_main(args: argparse.Namespace, rng: np.random.Generator) -> None:
             t0 = time.perf_counter()
             moments = Moments()
             pools = sample_pools(engine, keys, args.seeds, args.max_tokens, Path(tmp), moments)
-            need = pooled_needed(pools, rng, args.reps)
+            by = pooled_needed if args.unit == "seed" else pooled_needed_by_sample
+            need = by(pools, rng, args.reps)
             fp = pooled_false_positives(pools, 4)
             np_text, ratio = "-", "-"
             if moments.m0:
