@@ -8,15 +8,19 @@ ignores a cut-off)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import numpy.typing as npt
 
 from equiv.config import SamplingConfig
+from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.chain import chain_distribution
+from equiv.records import Judgement
 from equiv.verdicts.sampling.samples import PathSample
-from equiv.verdicts.sampling.token_evidence import chain_evidence
+from equiv.verdicts.sampling.token_evidence import chain_evidence, judgement_evidence
 
-__all__ = ["OUTSIDE_RATE", "faulty", "sample_pair", "sample_path"]
+__all__ = ["OUTSIDE_RATE", "faulty", "sample_drafted", "sample_pair", "sample_path"]
 
 #: The share of ``outside``'s tokens drawn from outside the chain's support.
 OUTSIDE_RATE = 0.01
@@ -105,3 +109,42 @@ def sample_pair(
             prev[path] = token
     baseline, speculative = (_evidence(rows[i], tokens[i], sampling) for i in (0, 1))
     return baseline, speculative
+
+
+def _dense(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], size: int):
+    out = np.zeros(size)
+    out[ids] = probs
+    return out
+
+
+def sample_drafted(
+    rng: np.random.Generator,
+    logits: npt.NDArray[np.float32],
+    draft: npt.NDArray[np.float32],
+    n: int,
+    sampling: SamplingConfig,
+    rule: Rule = Rule.CORRECT,
+) -> PathSample:
+    """``n`` tokens from token 0 on as a rejection sampler emits them with acceptance ``rule``
+    (`equiv.engines.acceptance_rules`), every position drafted from ``draft``'s row (``logits``
+    the target's); ``wrong_temp`` reads the draft's row at twice its temperature. The evidence
+    is a run's in process, the judgements' included (`judgement_evidence`)."""
+    tokens: list[int] = []
+    rows, judgements = [], []
+    for pos in range(n):
+        prev = tokens[-1] if tokens else 0
+        p = _dense(*chain_distribution(logits[prev], tokens, sampling), logits.shape[1])
+        q = _dense(*chain_distribution(draft[prev], tokens, sampling), logits.shape[1])
+        hot = dataclasses.replace(sampling, temp=2 * sampling.temp)
+        wrong = _dense(*chain_distribution(draft[prev], tokens, hot), logits.shape[1])
+        extra = {"q_wrong": wrong} if rule is Rule.WRONG_TEMP else {}
+        proposed = int(rng.choice(q.size, p=q))
+        accepted = rng.random() < accept_probability(rule, p, q, proposed, **extra)
+        r = residual(rule, p, q, **extra)
+        token = proposed if accepted else int(rng.choice(r.size, p=r / r.sum()))
+        judgements.append(Judgement(pos, proposed, bool(accepted), draft[prev]))
+        tokens.append(token)
+        rows.append(logits[prev])
+    sample = _evidence(rows, tokens, sampling)
+    rule_scores = judgement_evidence(np.asarray(rows), tokens, judgements, sampling)["rule_score"]
+    return dataclasses.replace(sample, rule_scores=tuple(map(tuple, rule_scores)))

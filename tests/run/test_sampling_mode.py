@@ -126,10 +126,16 @@ def test_the_correct_reference_sampler_passes_every_stage(model_pair, tmp_path):
         assert sum(d[1] for d in decisions) <= accepted
         assert len(spec.pits["residual_pit"]) == sum(1 for d in decisions if not d[1])
         assert all(0 <= a <= 1 and q > 0 for a, _, q in decisions)
+        assert spec.rule_scores is not None
+        assert len(spec.rule_scores) == len(decisions)
     tests = {t.name: t for t in (ScoredTest.from_dict(t) for t in analysis.tests)}
     forced = tests["acceptance-forced:speculative"]
     assert forced.n > 50
     assert forced.statistic == 0  # no forced decision went wrong
+    pooled = pool({PROMPT: [Sample.of(r) for r in seeds]}, alpha=0.005, has_logits=True)
+    rules = [t for t in pooled.tests if t.kind in ("relaxed-acceptance", "draft-temperature")]
+    assert len(rules) == 2, pooled.lines()
+    assert all(t.n > 50 and t.p_value >= 0.005 for t in rules), pooled.lines()
     assert analysis.judged.label is not Label.SAMPLER_BUG, analysis.judged.reason
 
 

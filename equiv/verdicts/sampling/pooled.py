@@ -38,6 +38,8 @@ The tests:
   ignored, a residual without its clamp or its normalisation): in process an exact binomial
   test of the count against the instrument's tolerance (`SUPPORT_TOLERANCE`), the placebo's
   own its check; over HTTP an exact conditional binomial test of the two paths' counts.
+- ``relaxed-acceptance``, ``draft-temperature``: in process, where a rejection sampler reports
+  the draft's rows, bets on scores aimed at those rules (`equiv.verdicts.sampling.rule_scores`).
 
 They are Holm-adjusted among themselves at the run's pooled level. Beside each directed test a
 *bound* with its ``1 - 2 alpha`` confidence interval (the two one-sided tests of TOST at
@@ -80,6 +82,7 @@ from equiv.verdicts.sampling.pit_tests import (
 )
 from equiv.verdicts.sampling.pooled_bounds import Bound, PathData
 from equiv.verdicts.sampling.pooled_bounds import bounds as bounds_of
+from equiv.verdicts.sampling.rule_scores import rule_tests
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats import TestResult
 from equiv.verdicts.stats.result import not_enough
@@ -371,6 +374,7 @@ def _tests(
     checks: list[TestResult] = []  # the placebo's, judging the instrument
     if design.one_sample:
         tests, checks = (against_rows(records, p, key, alpha) for p in ("speculative", "baseline"))
+        tests += rule_tests(records, alpha) if has_logits else []  # the draft's rows at hand
     else:
         tests = [
             dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))

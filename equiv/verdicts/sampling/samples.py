@@ -70,6 +70,9 @@ class PathSample:
     #: written before equiv recorded them.
     scores: Mapping[str, tuple[Score, ...]] = field(default_factory=dict)
     acceptance: tuple[PitEntry, ...] | None = None  # None: the engine reports no judgements
+    #: Per judged position, each acceptance-rule direction's ``(s, V, lowest, highest)``
+    #: (`equiv.verdicts.sampling.rule_scores`); None: no judgements, or an older file.
+    rule_scores: tuple[tuple[float, ...], ...] | None = None
     rescore_error: str | None = None
     #: The token indices of ``reported_pit``'s entries; None in files written before equiv
     #: recorded them.
@@ -79,6 +82,7 @@ class PathSample:
     def from_dict(cls, data: JSONObject) -> PathSample:
         """One path of a result record as the file holds it (``tokens`` required)."""
         acceptance = data.get("acceptance")
+        rule = data.get("rule_score")
         error = data.get("rescore_error")
         positions = data.get("reported_positions")
         return cls(
@@ -87,6 +91,7 @@ class PathSample:
             sensitivities={k: _read_floats(data[k]) for k in _SENSITIVITIES if k in data},
             scores={k: _read_scores(data[k]) for k in _SCORES if k in data},
             acceptance=None if acceptance is None else _read_entries(acceptance),
+            rule_scores=None if rule is None else _read_scores(rule),
             rescore_error=None if error is None else str(error),
             reported_positions=(
                 None if positions is None else tuple(json_int(i) for i in json_list(positions))

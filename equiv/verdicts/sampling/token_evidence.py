@@ -31,6 +31,7 @@ from equiv.config import SamplingConfig
 from equiv.engines.chain import chain_distribution, penalised, pit_position
 from equiv.json_types import JSONDict
 from equiv.records import Judgement, TokenAlternatives
+from equiv.verdicts.sampling.rule_scores import position_scores
 
 __all__ = [
     "MARGIN_POWERS",
@@ -70,6 +71,7 @@ class PathEvidence(TypedDict, total=False):
     reported_score: list[list[float]]
     reported_positions: list[int]
     acceptance: list[list[float]]
+    rule_score: list[list[float]]
     residual_pit: list[list[float]]
     target_pit: list[list[float]]
     target_sensitivity: list[float]
@@ -297,10 +299,13 @@ def judgement_evidence(
     - ``acceptance``: ``[a, accepted, q(x)]`` per judged draft token x, ``a = min(1, p(x) /
       q(x))`` the probability the rule accepts it with (1 where q(x) = 0);
     - ``residual_pit``: ``[mass_before, p, p_top]`` of each replacement drawn after a rejection,
-      under ``norm(max(0, p - q))`` (p itself where that is all zero).
+      under ``norm(max(0, p - q))`` (p itself where that is all zero);
+    - ``rule_score``: the emitted token's scores toward the faulty rules of
+      `equiv.verdicts.sampling.rule_scores` at each judged position.
     """
     acceptance: list[list[float]] = []
     residual: list[list[float]] = []
+    rule: list[list[float]] = []
     for j in judgements:
         p_ids, p = chain_distribution(rows[j.pos], tokens[: j.pos], sampling)
         q_ids, q = chain_distribution(j.draft_row, tokens[: j.pos], sampling)
@@ -314,8 +319,11 @@ def judgement_evidence(
         px, qx = (float(pp[where]), float(qq[where])) if known else (0.0, 0.0)
         a = min(1.0, px / qx) if qx > 0 else 1.0
         acceptance.append([round(a, 12), float(j.accepted), round(qx, 12)])
+        emitted = int(np.searchsorted(ids, tokens[j.pos]))
+        hit = emitted < ids.size and ids[emitted] == tokens[j.pos]
+        rule.append(position_scores(pp, qq, emitted if hit else None))
         if not j.accepted:
             r = np.maximum(pp - qq, 0.0)
             r = r / r.sum() if r.sum() > 0 else pp
             residual.append(_pit(ids, r, int(tokens[j.pos])))
-    return PathEvidence(acceptance=acceptance, residual_pit=residual)
+    return PathEvidence(acceptance=acceptance, rule_score=rule, residual_pit=residual)

@@ -1,0 +1,147 @@
+"""The pooled tests aimed at a wrong acceptance rule (`equiv.verdicts.sampling.rule_scores`):
+each score has mean 0 under the target's row, the bets keep their level whatever the scores'
+tails, and a rejection sampler with relaxed acceptance or a wrong draft temperature is caught
+by its own direction's test, through a run's real evidence (`judgement_evidence`). Seeded
+numpy draws: the same outcomes on every machine."""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from simulated_chain import sample_drafted, sample_path
+
+from equiv.config import SamplingConfig
+from equiv.engines.acceptance_rules import Rule, output_distribution
+from equiv.records.verdict import Label
+from equiv.verdicts.sampling.rule_scores import BETS, Direction, betting_test, position_scores
+from equiv.verdicts.sampling.run_verdict import judge_run
+from equiv.verdicts.sampling.samples import PathSample, Sample
+
+SAMPLING = SamplingConfig(temp=0.8)
+VOCAB = 24
+
+
+def _rows(rng):
+    """A peaked target row and a draft row near it, cut as a chain cuts (min-p)."""
+    logits = rng.normal(0.0, 2.5, VOCAB)
+    p = np.exp(logits) / np.exp(logits).sum()
+    q = np.exp((logits + rng.normal(0.0, 1.5, VOCAB)) / 0.8)
+    q = np.where(q >= 0.02 * q.max(), q, 0.0)
+    return p, q / q.sum()
+
+
+def _draws(rng, n, fault=None):
+    """``n`` positions' ``rule_score`` entries, each token drawn from p or from a faulty rule."""
+    entries = []
+    for _ in range(n):
+        p, q = _rows(rng)
+        f = p
+        if fault is Rule.TOP2:
+            f = output_distribution(Rule.TOP2, p, q)
+        if fault is Rule.WRONG_TEMP:
+            wrong = np.sqrt(q) / np.sqrt(q).sum()
+            f = output_distribution(Rule.WRONG_TEMP, p, q, q_wrong=wrong)
+        entries.append(position_scores(p, q, int(rng.choice(VOCAB, p=f))))
+    return np.asarray(entries)
+
+
+def _test(entries, direction, alpha=0.01):
+    i = list(Direction).index(direction)
+    return betting_test(entries[:, 4 * i : 4 * i + 4], direction, alpha)
+
+
+def test_each_score_has_mean_zero_and_its_stated_variance_under_the_target_row():
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        p, q = _rows(rng)
+        every = np.asarray([position_scores(p, q, x) for x in range(VOCAB)])
+        for i in range(len(Direction)):
+            s = every[:, 4 * i]
+            assert p @ s == pytest.approx(0.0, abs=1e-9)
+            assert p @ s**2 == pytest.approx(every[0, 4 * i + 1], rel=1e-6)
+            assert s.min() == pytest.approx(every[0, 4 * i + 2])
+            assert s.max() == pytest.approx(every[0, 4 * i + 3])
+
+
+def test_the_relaxed_bet_at_one_is_the_likelihood_ratio_of_relaxed_acceptance():
+    rng = np.random.default_rng(3)
+    p, q = _rows(rng)
+    f = output_distribution(Rule.TOP2, p, q)
+    x = int(np.argmax(f / p))
+    entries = np.asarray([position_scores(p, q, x)])
+    s = entries[0, 0]
+    assert 1 + s == pytest.approx(f[x] / p[x])
+    result = _test(entries, Direction.RELAXED)
+    assert result.statistic == pytest.approx(np.log(np.mean([1 + b * s for b in BETS])))
+
+
+def test_the_bets_keep_their_level_on_independent_runs_of_a_correct_sampler():
+    """200 runs of 100 positions a test: the rejections at alpha 0.05 stay within the
+    binomial's 99 % range of alpha (Ville's bound makes them rarer still)."""
+    rng = np.random.default_rng(11)
+    hits = Counter()
+    for _ in range(200):
+        entries = _draws(rng, 100)
+        for d in Direction:
+            hits[d] += _test(entries, d, 0.05).rejects
+    for d in Direction:
+        assert hits[d] <= 19, (d, hits[d])  # binom(200, 0.05).ppf(0.99) = 18
+
+
+@pytest.mark.parametrize(
+    ("fault", "direction", "n"),
+    [(Rule.TOP2, Direction.RELAXED, 60), (Rule.WRONG_TEMP, Direction.DRAFT_TEMPERATURE, 600)],
+)
+def test_each_faulty_rule_is_caught_by_its_own_direction(fault, direction, n):
+    result = _test(_draws(np.random.default_rng(5), n, fault), direction)
+    assert result.p_value < 0.001, result.detail
+    assert result.effect > 0 if direction is Direction.RELAXED else result.effect < 0
+
+
+def _run(rule, prompts=4, seeds=6, tokens=24):
+    """A run whose speculative path is a rejection sampler with ``rule``; the placebo plain."""
+    out = {}
+    for k in range(prompts):
+        rng = np.random.default_rng([k, 51])
+        logits = rng.normal(0.0, 2.5, (VOCAB, VOCAB)).astype(np.float32)
+        draft = (logits + rng.normal(0.0, 1.5, logits.shape)).astype(np.float32)
+        key = f"sim/p{k}"
+        out[key] = [
+            Sample(
+                f"{key}::sampling::seed{s}",
+                sample_path(rng, logits, tokens, SAMPLING),
+                sample_drafted(rng, logits, draft, tokens, SAMPLING, rule),
+            )
+            for s in range(seeds)
+        ]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("rule", "kind", "seeds"),
+    [(Rule.TOP2, "relaxed-acceptance", 6), (Rule.WRONG_TEMP, "draft-temperature", 10)],
+)
+def test_a_run_with_a_wrong_acceptance_rule_is_a_sampler_bug_by_its_direction(rule, kind, seeds):
+    judged = judge_run(_run(rule, seeds=seeds), Counter(), alpha=0.005, has_logits=True)
+    assert kind in {t.kind for t in judged.pooled.rejected()}, judged.pooled.lines()
+    assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
+
+
+def test_a_correct_rejection_sampler_passes_both_directions_and_reads_back_from_its_record():
+    run = _run(Rule.CORRECT)
+    judged = judge_run(run, Counter(), alpha=0.005, has_logits=True)
+    kinds = {t.kind for t in judged.pooled.tests}
+    assert {"relaxed-acceptance", "draft-temperature"} <= kinds
+    assert not judged.pooled.rejected(), judged.pooled.lines()
+    sample = next(iter(run.values()))[0].speculative
+    record = {"tokens": list(sample.tokens), "rule_score": [list(e) for e in sample.rule_scores]}
+    assert PathSample.from_dict(record).rule_scores == sample.rule_scores
+
+
+def test_without_judgements_there_is_no_rule_test():
+    run = _run(Rule.CORRECT, prompts=2, seeds=2)
+    plain = {
+        k: [Sample(s.key, s.baseline, s.baseline) for s in samples] for k, samples in run.items()
+    }
+    judged = judge_run(plain, Counter(), alpha=0.005, has_logits=True)
+    assert not {"relaxed-acceptance", "draft-temperature"} & {t.kind for t in judged.pooled.tests}
