@@ -23,6 +23,10 @@ they can tell.
 - ``--fault none`` (both paths sample from the same rows): a false positive is a run-level
   ``sampler-bug``; the rate at the stop and its one-sided 95 % Clopper-Pearson upper bound are
   printed, with the labels and the seeds used.
+- ``--drafted`` (with ``--fault none``): the speculative path a correct rejection sampler
+  drafting from a noisy copy of each prompt's logits (`simulated_chain.sample_drafted`), so
+  that the run also takes the tests aimed at acceptance rules
+  (`equiv.verdicts.sampling.rule_scores`), as a run in process with judgements does.
 - ``--fault wrong_temp`` / ``greedy``: the share of runs flagged and the tokens they used, and
   the Neyman-Pearson limit (the tokens the likelihood-ratio test that knows both distributions
   at every position needs for power 0.95 at ``alpha``).
@@ -30,19 +34,23 @@ they can tell.
     python benchmarks/pooled_level.py --runs 400 --prompts 6 --budget 32 --tokens 16 --looks 4
     python benchmarks/pooled_level.py --runs 100 --fault wrong_temp
     python benchmarks/pooled_level.py --runs 400 --scales 2.5,10,10 --allocate
+    python benchmarks/pooled_level.py --runs 400 --drafted
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from scipy import stats as sps
-from sequential_level import STRENGTH, np_limit_tokens, simulate
+from sequential_level import SAMPLING, STRENGTH, VOCAB, np_limit_tokens, simulate
 
+from equiv.engines.acceptance_rules import Rule
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.allocation import informative
 from equiv.verdicts.sampling.prompt_analysis import analyze
@@ -51,6 +59,9 @@ from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.sampling.verdict import classify_sampling
 from equiv.verdicts.stats.sequential import MIN_SEEDS, run_schedule, stops
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from simulated_chain import sample_drafted, sample_path  # type: ignore[import-not-found]
+
 
 @dataclass
 class Outcome:
@@ -58,6 +69,8 @@ class Outcome:
     look: int
     seeds: int  # seeds per prompt at the stop
     tokens: int  # speculative tokens the run used
+    #: the pooled tests that rejected at the stop (none: a prompt's own verdict decided)
+    rejected: tuple[str, ...] = ()
 
 
 def one_run(prompts: dict[str, list[Sample]], looks: int, alpha: float, allocate: bool) -> Outcome:
@@ -94,8 +107,24 @@ def one_run(prompts: dict[str, list[Sample]], looks: int, alpha: float, allocate
                 stopped[key] = (label, look.seeds)
         if look.last or run.verdict.label in RUN_STOPPING:
             tokens = sum(len(s.speculative.tokens) for v in seen_by.values() for s in v)
-            return Outcome(run.verdict.label, look.index, look.seeds, tokens)
+            rejected = tuple(t.kind for t in run.pooled.rejected())
+            return Outcome(run.verdict.label, look.index, look.seeds, tokens, rejected)
     raise AssertionError("the last look always stops")
+
+
+def drafted(run: int, budget: int, tokens: int, scale: float) -> list[Sample]:
+    """A prompt whose speculative path is a correct rejection sampler (`sample_drafted`)."""
+    rng = np.random.default_rng([run, 20261207])
+    logits = rng.normal(0.0, scale, size=(VOCAB, VOCAB)).astype(np.float32)
+    draft = (logits + rng.normal(0.0, 1.5, logits.shape)).astype(np.float32)
+    return [
+        Sample(
+            f"sim/run{run}::seed{seed}",
+            sample_path(rng, logits, tokens, SAMPLING),
+            sample_drafted(rng, logits, draft, tokens, SAMPLING, Rule.CORRECT),
+        )
+        for seed in range(1, budget + 1)
+    ]
 
 
 def _upper(k: int, n: int) -> float:
@@ -112,6 +141,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--fault", choices=("none", "wrong_temp", "greedy"), default="none")
     parser.add_argument("--strength", type=float, help="of the fault (default: STRENGTH)")
+    parser.add_argument("--drafted", action="store_true", help="a rejection sampler, correct")
     parser.add_argument("--first-run", type=int, default=0, help="run ids start here")
     parser.add_argument(
         "--scales", default="2.5", help="the prompts' logit deviations, in turn (comma-separated)"
@@ -138,6 +168,12 @@ def main() -> None:
         run = args.first_run + i
         prompts = {}
         for p in range(args.prompts):
+            if args.drafted:
+                scale = scales[p % len(scales)]
+                prompts[f"sim/r{run}p{p}"] = drafted(
+                    run * 1000 + p, args.budget, args.tokens, scale
+                )
+                continue
             samples, llr0, llr1 = simulate(
                 run * 1000 + p,
                 args.budget,
@@ -163,6 +199,13 @@ def main() -> None:
         f"speculative tokens used: mean {tokens.mean():.0f}, median {np.median(tokens):.0f} "
         f"of {args.prompts * args.budget * args.tokens}"
     )
+    if args.fault == "none" and bugs:
+        why = Counter(
+            ", ".join(o.rejected) or "a prompt's own verdict"
+            for o in outcomes
+            if o.label is Label.SAMPLER_BUG
+        )
+        print(f"what flagged them: {dict(why)}")
     if args.fault != "none":
         flagged = [o.tokens for o in outcomes if o.label is Label.SAMPLER_BUG]
         if flagged:

@@ -10,7 +10,10 @@ the faulty one f and the draft's q are kept. Then, with no further sampling:
   the positions, as `fault_detection.Moments.limit` does for the log-likelihood ratio, which is
   the Neyman-Pearson limit): ``top`` (the top token emitted minus p_top, the pooled top-token
   test's statistic), ``temp`` (``log p(x) - E_p log p``, the temperature's score), ``leak``
-  (``q(x)/p(x) - 1``, the score against emitting ``(1 - e) p + e q``);
+  (``q(x)/p(x) - 1``, the score against emitting ``(1 - e) p + e q``), and the two scores of
+  `equiv.verdicts.sampling.rule_scores` (their own p-values are bets; here their sums):
+  ``relaxed`` (``out_top2(x) / p(x) - 1``) and ``draft_temp`` (the derivative in the exponent of
+  the verifier's draft row);
 - **the tilt's share of the limit**: the best exponential tilt ``p(x) exp(θ·φ(x)) / Z`` of every
   row with features φ = (log p, the ranks 1-3, log q/p), one θ for all positions, fitted with
   f known (an oracle: no detector learns θ for free). Its per-token growth over KL(f || p) is
@@ -35,8 +38,11 @@ from scipy import stats as sps
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
+from equiv.verdicts.sampling.rule_scores import score_rows
+
 FloatArray = npt.NDArray[np.float64]
 SCORES = ("top", "temp", "leak")
+RULE_SCORES = ("relaxed", "draft_temp")
 
 
 class Positions(Moments):
@@ -46,6 +52,7 @@ class Positions(Moments):
     def __init__(self) -> None:
         super().__init__()
         self.kept: list[tuple[FloatArray, FloatArray, FloatArray] | None] = []
+        self.union: list[tuple[FloatArray, FloatArray, FloatArray] | None] = []
 
     def add(self, p: np.ndarray, f: np.ndarray, q: np.ndarray | None = None) -> None:
         super().add(p, f, q)
@@ -55,10 +62,13 @@ class Positions(Moments):
         fl = f[live] / max(float(f[live].sum()), 1e-300)
         ql = q[live] / q[live].sum() if q[live].sum() > 0 else pl
         self.kept.append((pl, fl, ql))
+        both = (p > 0) | (q > 0)
+        self.union.append((p[both], f[both], q[both]))
 
     def bonus(self) -> None:
         super().bonus()
         self.kept.append(None)
+        self.union.append(None)
 
 
 def scores(p: FloatArray, q: FloatArray) -> dict[str, FloatArray]:
@@ -69,19 +79,25 @@ def scores(p: FloatArray, q: FloatArray) -> dict[str, FloatArray]:
     return {"top": top - p.max(), "temp": logp - p @ logp, "leak": q / p - 1.0}
 
 
+def rule_scores(p: FloatArray, q: FloatArray) -> dict[str, FloatArray]:
+    """`score_rows` on the union of p's and q's supports (mean 0 under p)."""
+    return dict(zip(RULE_SCORES, score_rows(p, q), strict=True))
+
+
 def fixed_sample_tokens(positions: Positions, name: str) -> float:
     """Tokens for power `POWER` at `ALPHA` of the one-sided sum test of score ``name``."""
     m0: list[float] = []
     v0: list[float] = []
     m1: list[float] = []
     v1: list[float] = []
-    for kept in positions.kept:
+    rule = name in RULE_SCORES
+    for kept in positions.union if rule else positions.kept:
         if kept is None:
             for values in (m0, v0, m1, v1):
                 values.append(0.0)
             continue
         p, f, q = kept
-        s = scores(p, q)[name]
+        s = (rule_scores if rule else scores)(p, q)[name]
         for m, v, w in ((m0, v0, p), (m1, v1, f)):
             mean = float(w @ s)
             m.append(mean)
@@ -125,9 +141,9 @@ def main() -> None:
     args = parser.parse_args()
     keys = args.prompts.split(",")
     print(f"{len(keys)} prompts, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
-    cols = " | ".join(f"`{s}` (ratio)" for s in SCORES)
+    cols = " | ".join(f"`{s}` (ratio)" for s in SCORES + RULE_SCORES)
     print(f"| engine | positions | Neyman-Pearson limit | {cols} | oracle tilt / KL | time |")
-    print("| --- | --- | --- | " + "--- | " * len(SCORES) + "--- | --- |")
+    print("| --- | --- | --- | " + "--- | " * len(SCORES + RULE_SCORES) + "--- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for engine in args.engines.split(","):
             t0 = time.perf_counter()
@@ -135,7 +151,7 @@ def main() -> None:
             sample_pools(engine, keys, args.seeds, args.max_tokens, Path(tmp), positions)
             limit, _ = positions.limit()
             each = []
-            for name in SCORES:
+            for name in SCORES + RULE_SCORES:
                 n = fixed_sample_tokens(positions, name)
                 each.append(f"{n:.0f} ({n / limit:.1f}x)")
             growth, kl = tilt_share(positions)
