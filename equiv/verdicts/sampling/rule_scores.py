@@ -80,7 +80,9 @@ def score_rows(p: FloatArray, q: FloatArray) -> tuple[FloatArray, FloatArray]:
     for k in (1.0 + STEP, 1.0 - STEP):
         qk = np.where(q > 0, np.power(q, k), 0.0)
         shifted.append(output_distribution(Rule.WRONG_TEMP, p, q, q_wrong=qk / qk.sum()))
-    relaxed = output_distribution(Rule.TOP2, p, q) - p
+    # With one token left in p's support the "second most probable" would be one p cannot emit
+    # (the support test's to count): there relaxed acceptance is the correct rule.
+    relaxed = output_distribution(Rule.TOP2, p, q) - p if live.sum() > 1 else np.zeros_like(p)
     slope = (shifted[0] - shifted[1]) / (2 * STEP)
     return np.where(live, relaxed / safe, 0.0), np.where(live, slope / safe, 0.0)
 
@@ -126,11 +128,16 @@ def betting_test(entries: FloatArray, direction: Direction, alpha: float) -> Tes
 
 def rule_tests(records: Sequence[Sample], alpha: float) -> list[TestResult]:
     """Each `Direction`'s test over every speculative sample's judged positions, named
-    ``<direction>:pooled``; none where a sample lacks them (no judgements, older files)."""
+    ``<direction>:pooled``; none without judgements, and no data where some samples lack them
+    (a file written before equiv recorded them)."""
     rows = [r.speculative.rule_scores for r in records]
-    if not rows or any(r is None for r in rows):
-        return []
-    entries = np.asarray([e for r in rows if r for e in r], dtype=np.float64).reshape(-1, 8)
+    if all(r is None for r in rows):
+        return []  # an engine without judgements
+    if None in rows:  # a run resumed from a file written before equiv recorded them
+        why = f"{rows.count(None)} of {len(rows)} samples without the draft's rows"
+        return [not_enough(f"{d}:pooled", alpha, 0, why) for d in Direction]
+    width = 4 * len(Direction)
+    entries = np.asarray([e for r in rows if r for e in r], dtype=np.float64).reshape(-1, width)
     return [
         dataclasses.replace(
             betting_test(entries[:, 4 * i : 4 * i + 4], d, alpha), name=f"{d}:pooled"
