@@ -231,7 +231,8 @@ def pooled_needed_by_sample(
         if k > len(units):
             break
         hits, tokens = 0, 0
-        for _ in range(reps if k < len(units) else 1):
+        tries = reps if k < len(units) else 1  # the whole pool is one subset
+        for _ in range(tries):
             by_prompt: dict[str, list[Sample]] = {}
             for j in rng.choice(len(units), size=k, replace=False):
                 key, i = units[j]
@@ -239,8 +240,8 @@ def pooled_needed_by_sample(
             tokens += sum(tokens_of(v) for v in by_prompt.values())
             judged = judge_run(by_prompt, Counter(), alpha=ALPHA * POOLED_SHARE, has_logits=True)
             hits += judged.verdict.label is Label.SAMPLER_BUG
-        if hits / (reps if k < len(units) else 1) >= POWER:
-            return str(round(tokens / (reps if k < len(units) else 1)))
+        if hits / tries >= POWER:
+            return str(round(tokens / tries))
     return f"> {sum(tokens_of(p) for p in pools.values())}"
 
 

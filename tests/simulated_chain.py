@@ -131,13 +131,15 @@ def sample_drafted(
     is a run's in process, the judgements' included (`judgement_evidence`)."""
     tokens: list[int] = []
     rows, judgements = [], []
+    hot = dataclasses.replace(sampling, temp=2 * sampling.temp)
     for pos in range(n):
         prev = tokens[-1] if tokens else 0
         p = _dense(*chain_distribution(logits[prev], tokens, sampling), logits.shape[1])
         q = _dense(*chain_distribution(draft[prev], tokens, sampling), logits.shape[1])
-        hot = dataclasses.replace(sampling, temp=2 * sampling.temp)
-        wrong = _dense(*chain_distribution(draft[prev], tokens, hot), logits.shape[1])
-        extra = {"q_wrong": wrong} if rule is Rule.WRONG_TEMP else {}
+        extra = {}
+        if rule is Rule.WRONG_TEMP:
+            wrong = chain_distribution(draft[prev], tokens, hot)
+            extra["q_wrong"] = _dense(*wrong, logits.shape[1])
         proposed = int(rng.choice(q.size, p=q))
         accepted = rng.random() < accept_probability(rule, p, q, proposed, **extra)
         r = residual(rule, p, q, **extra)

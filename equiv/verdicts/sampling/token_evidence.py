@@ -286,6 +286,12 @@ def top_k_rows(
     return rows
 
 
+def _index(ids: npt.NDArray[np.intp], token: int) -> int | None:
+    """``token``'s index in the ascending ``ids``, or None where it is not among them."""
+    where = int(np.searchsorted(ids, token))
+    return where if where < ids.size and ids[where] == token else None
+
+
 def judgement_evidence(
     rows: npt.NDArray[np.float32],
     tokens: Sequence[int],
@@ -314,14 +320,11 @@ def judgement_evidence(
         qq = np.zeros(ids.size)
         pp[np.searchsorted(ids, p_ids)] = p
         qq[np.searchsorted(ids, q_ids)] = q
-        where = int(np.searchsorted(ids, j.token))
-        known = where < ids.size and ids[where] == j.token
-        px, qx = (float(pp[where]), float(qq[where])) if known else (0.0, 0.0)
+        where = _index(ids, j.token)
+        px, qx = (float(pp[where]), float(qq[where])) if where is not None else (0.0, 0.0)
         a = min(1.0, px / qx) if qx > 0 else 1.0
         acceptance.append([round(a, 12), float(j.accepted), round(qx, 12)])
-        emitted = int(np.searchsorted(ids, tokens[j.pos]))
-        hit = emitted < ids.size and ids[emitted] == tokens[j.pos]
-        rule.append(position_scores(pp, qq, emitted if hit else None))
+        rule.append(position_scores(pp, qq, _index(ids, tokens[j.pos])))
         if not j.accepted:
             r = np.maximum(pp - qq, 0.0)
             r = r / r.sum() if r.sum() > 0 else pp
