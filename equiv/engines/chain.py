@@ -200,7 +200,7 @@ def chain_probs(
         kth = np.partition(x, x.size - top_k)[x.size - top_k]
         keep = _ranked(x, np.flatnonzero(x >= kth))[:top_k]
     else:
-        keep = _ranked(x, np.arange(x.size))
+        keep = np.arange(x.size)  # each stage below ranks what it keeps; the last needs no order
     if typical_p < 1.0:
         keep = _typical(x, _ranked(x, keep), typical_p, min_keep)
     if top_p < 1.0:

@@ -286,6 +286,15 @@ def top_k_rows(
     return rows
 
 
+def _union(a: npt.NDArray[np.intp], b: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
+    """The ascending ids in ``a`` or ``b``, by a mask over the vocabulary (``np.union1d`` hashes:
+    0.1 s a position over whole rows of 262,144)."""
+    mask = np.zeros(int(max(a.max(initial=-1), b.max(initial=-1))) + 1, dtype=bool)
+    mask[a] = True
+    mask[b] = True
+    return np.flatnonzero(mask)
+
+
 def _index(ids: npt.NDArray[np.intp], token: int) -> int | None:
     """``token``'s index in the ascending ``ids``, or None where it is not among them."""
     where = int(np.searchsorted(ids, token))
@@ -315,7 +324,7 @@ def judgement_evidence(
     for j in judgements:
         p_ids, p = chain_distribution(rows[j.pos], tokens[: j.pos], sampling)
         q_ids, q = chain_distribution(j.draft_row, tokens[: j.pos], sampling)
-        ids = np.union1d(p_ids, q_ids)
+        ids = _union(p_ids, q_ids)
         pp = np.zeros(ids.size)
         qq = np.zeros(ids.size)
         pp[np.searchsorted(ids, p_ids)] = p
