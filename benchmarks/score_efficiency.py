@@ -10,8 +10,9 @@ the faulty one f and the draft's q are kept. Then, with no further sampling:
   the positions, as `fault_detection.Moments.limit` does for the log-likelihood ratio, which is
   the Neyman-Pearson limit): ``top`` (the top token emitted minus p_top, the pooled top-token
   test's statistic), ``temp`` (``log p(x) - E_p log p``, the temperature's score), ``leak``
-  (``q(x)/p(x) - 1``, the score against emitting ``(1 - e) p + e q``), and the two scores of
-  `equiv.verdicts.sampling.rule_scores` (their own p-values are bets; here their sums):
+  (``q(x)/p(x) - 1``, the score against emitting ``(1 - e) p + e q``, the pooled ``draft-leak``
+  test's), and the two other scores of `equiv.verdicts.sampling.rule_scores` (their own
+  p-values are bets; here their sums):
   ``relaxed`` (``out_top2(x) / p(x) - 1``) and ``draft_temp`` (the derivative in the exponent of
   the verifier's draft row);
 - **the tilt's share of the limit**: the best exponential tilt ``p(x) exp(θ·φ(x)) / Z`` of every
@@ -80,8 +81,10 @@ def scores(p: FloatArray, q: FloatArray) -> dict[str, FloatArray]:
 
 
 def rule_scores(p: FloatArray, q: FloatArray) -> dict[str, FloatArray]:
-    """`score_rows` on the union of p's and q's supports (mean 0 under p)."""
-    return dict(zip(RULE_SCORES, score_rows(p, q), strict=True))
+    """`score_rows` on the union of p's and q's supports (mean 0 under p); the draft leak's is
+    `scores`'s ``leak``, on p's support."""
+    _, relaxed, draft_temp = score_rows(p, q)
+    return dict(zip(RULE_SCORES, (relaxed, draft_temp), strict=True))
 
 
 def fixed_sample_tokens(positions: Positions, name: str) -> float:

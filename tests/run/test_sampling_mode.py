@@ -133,8 +133,9 @@ def test_the_correct_reference_sampler_passes_every_stage(model_pair, tmp_path):
     assert forced.n > 50
     assert forced.statistic == 0  # no forced decision went wrong
     pooled = pool({PROMPT: [Sample.of(r) for r in seeds]}, alpha=0.005, has_logits=True)
-    rules = [t for t in pooled.tests if t.kind in ("relaxed-acceptance", "draft-temperature")]
-    assert len(rules) == 2, pooled.lines()
+    kinds = ("draft-leak", "relaxed-acceptance", "draft-temperature")
+    rules = [t for t in pooled.tests if t.kind in kinds]
+    assert len(rules) == 3, pooled.lines()
     assert all(t.n > 50 and t.p_value >= 0.005 for t in rules), pooled.lines()
     assert analysis.judged.label is not Label.SAMPLER_BUG, analysis.judged.reason
 

@@ -38,8 +38,9 @@ The tests:
   ignored, a residual without its clamp or its normalisation): in process an exact binomial
   test of the count against the instrument's tolerance (`SUPPORT_TOLERANCE`), the placebo's
   own its check; over HTTP an exact conditional binomial test of the two paths' counts.
-- ``relaxed-acceptance``, ``draft-temperature``: in process, where a rejection sampler reports
-  the draft's rows, bets on scores aimed at those rules (`equiv.verdicts.sampling.rule_scores`).
+- ``draft-leak``, ``relaxed-acceptance``, ``draft-temperature``: in process, where a rejection
+  sampler reports the draft's rows, bets on scores aimed at those faults
+  (`equiv.verdicts.sampling.rule_scores`).
 
 They are Holm-adjusted among themselves at the run's pooled level. Beside each directed test a
 *bound* with its ``1 - 2 alpha`` confidence interval (the two one-sided tests of TOST at

@@ -1,10 +1,16 @@
 """Tests aimed at a rejection sampler's wrong acceptance rule, from the draft's rows: the pooled
-``relaxed-acceptance`` and ``draft-temperature`` tests.
+``draft-leak``, ``relaxed-acceptance`` and ``draft-temperature`` tests.
 
 At a position where the draft proposed a token from its row q and the target's row is p, a
 verifier with rule R emits from ``out_R(p, q)`` (`equiv.engines.acceptance_rules`); the correct
-rule emits from p. Two families of faults that happen, each a direction away from p:
+rule emits from p. Three families of faults that happen, each a direction away from p:
 
+- a draft leak: some of the draft's distribution reaches the output, ``(1 - e) p + e q``. A
+  residual without its clamp is one at e = 1/2 (``no_max``: ``min(p, q) + |p - q| / 2`` is
+  ``(p + q) / 2``), as is any path that emits unverified draft tokens some of the time. Its
+  score is ``s = q'(x) / p(x) - 1``, q' being q within p's support, renormalised (the draft's
+  mass outside it is the support test's to count): locally most powerful against the leak, and
+  at λ = e its bet's factor is the leak's likelihood ratio (up to that renormalisation);
 - relaxed acceptance: the draft token is accepted whenever it is one of the target's two most
   probable tokens (TensorRT-LLM's "relaxed acceptance" for MTP heads, lossy by design). Its
   score is ``s = out_top2(x) / p(x) - 1``, locally most powerful against emitting
@@ -14,13 +20,13 @@ rule emits from p. Two families of faults that happen, each a direction away fro
   last in llama.cpp's chain, so that is the row at ``1 / k`` times its temperature). Its score
   is the derivative ``d out(x) / dk / p(x)`` at k = 1 (either sign).
 
-Both have mean exactly 0 under p at every position given its past, whatever q is, so over all
+All three have mean exactly 0 under p at every position given its past, whatever q is, so over all
 judged positions of all samples they are martingale differences. Each test bets on its score:
 ``E = mean_λ prod_t (1 + λ_t s_t)`` over a grid of bets λ, each capped where a position's lowest
 (or highest) score would make a factor negative, is a nonnegative martingale under H0, and by
 Ville's inequality ``P(sup E >= 1 / alpha) <= alpha``: the p-value ``min(1, 1 / E)`` holds at
 every look and for any tails of s, with no normal approximation. At λ = 1 the relaxed test's
-product is the likelihood ratio of full relaxed acceptance. Faults outside these two families
+product is the likelihood ratio of full relaxed acceptance. Faults outside these three families
 are left to the omnibus tests (`equiv.verdicts.sampling.pooled`).
 """
 
@@ -59,6 +65,7 @@ class Direction(str, enum.Enum):
     ``(s, V, lowest, highest)``: the token's score, its variance under p, and the lowest and
     highest score over p's support."""
 
+    DRAFT_LEAK = "draft-leak"
     RELAXED = "relaxed-acceptance"
     DRAFT_TEMPERATURE = "draft-temperature"
 
@@ -70,12 +77,14 @@ class Direction(str, enum.Enum):
         return self is Direction.DRAFT_TEMPERATURE
 
 
-def score_rows(p: FloatArray, q: FloatArray) -> tuple[FloatArray, FloatArray]:
+def score_rows(p: FloatArray, q: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Each `Direction`'s score at every token of one support (p and q over it; 0 where p is
-    0): ``out_top2 / p - 1``, and the derivative of the wrong-temperature rule's output in the
-    exponent k of the draft's row at k = 1, over p."""
+    0): ``q' / p - 1``, ``out_top2 / p - 1``, and the derivative of the wrong-temperature rule's
+    output in the exponent k of the draft's row at k = 1, over p."""
     live = p > 0
     safe = np.where(live, p, 1.0)
+    inside = float(q[live].sum())  # 0: q lives outside p's support, all of it the support test's
+    leak = q / (inside * safe) - 1.0 if inside > 0 else np.zeros_like(p)
     shifted = []
     for k in (1.0 + STEP, 1.0 - STEP):
         qk = np.where(q > 0, np.power(q, k), 0.0)
@@ -84,7 +93,11 @@ def score_rows(p: FloatArray, q: FloatArray) -> tuple[FloatArray, FloatArray]:
     # (the support test's to count): there relaxed acceptance is the correct rule.
     relaxed = output_distribution(Rule.TOP2, p, q) - p if live.sum() > 1 else np.zeros_like(p)
     slope = (shifted[0] - shifted[1]) / (2 * STEP)
-    return np.where(live, relaxed / safe, 0.0), np.where(live, slope / safe, 0.0)
+    return (
+        np.where(live, leak, 0.0),
+        np.where(live, relaxed / safe, 0.0),
+        np.where(live, slope / safe, 0.0),
+    )
 
 
 def position_scores(p: FloatArray, q: FloatArray, token: int | None) -> list[float]:
@@ -116,8 +129,12 @@ def betting_test(entries: FloatArray, direction: Direction, alpha: float) -> Tes
             logs.append(float(np.sum(np.log(np.maximum(1.0 + lam * s, 0.0)))))
     log_e = float(logsumexp(logs)) - math.log(len(logs))
     p_value = min(1.0, math.exp(-log_e)) if log_e > -700 else 1.0
-    effect = float(s.sum()) / info  # the score's estimate of e (relaxed) or k - 1
-    what = "the relaxed share e" if direction is Direction.RELAXED else "k - 1 of q ** k"
+    effect = float(s.sum()) / info  # the score's estimate of e (leak, relaxed) or k - 1
+    what = {
+        Direction.DRAFT_LEAK: "the leaked share e",
+        Direction.RELAXED: "the relaxed share e",
+        Direction.DRAFT_TEMPERATURE: "k - 1 of q ** k",
+    }[direction]
     detail = (
         f"{n} judged positions; e-value {math.exp(min(log_e, 700)):.3g} (bets "
         f"{'+-' if direction.two_sided else ''}{BETS[-1]:g}..{BETS[0]:g}, valid at every look); "
@@ -133,10 +150,11 @@ def rule_tests(records: Sequence[Sample], alpha: float) -> list[TestResult]:
     rows = [r.speculative.rule_scores for r in records]
     if all(r is None for r in rows):
         return []  # an engine without judgements
-    if None in rows:  # a run resumed from a file written before equiv recorded them
-        why = f"{rows.count(None)} of {len(rows)} samples without the draft's rows"
-        return [not_enough(f"{d}:pooled", alpha, 0, why) for d in Direction]
     width = 4 * len(Direction)
+    stale = sum(r is None or any(len(e) != width for e in r) for r in rows)
+    if stale:  # a run resumed from a file written before equiv recorded these scores
+        why = f"{stale} of {len(rows)} samples without the draft's rows' scores (an older file)"
+        return [not_enough(f"{d}:pooled", alpha, 0, why) for d in Direction]
     entries = np.asarray([e for r in rows if r for e in r], dtype=np.float64).reshape(-1, width)
     return [
         dataclasses.replace(

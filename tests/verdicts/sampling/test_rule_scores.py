@@ -1,9 +1,11 @@
 """The pooled tests aimed at a wrong acceptance rule (`equiv.verdicts.sampling.rule_scores`):
 each score has mean 0 under the target's row, the bets keep their level whatever the scores'
-tails, and a rejection sampler with relaxed acceptance or a wrong draft temperature is caught
-by its own direction's test, through a run's real evidence (`judgement_evidence`). Seeded
-numpy draws: the same outcomes on every machine."""
+tails, and a rejection sampler that leaks the draft (an unclamped residual), relaxes its
+acceptance or reads a wrong draft temperature is caught by its own direction's test, through a
+run's real evidence (`judgement_evidence`). Seeded numpy draws: the same outcomes on every
+machine."""
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -36,8 +38,8 @@ def _draws(rng, n, fault=None):
     for _ in range(n):
         p, q = _rows(rng)
         f = p
-        if fault is Rule.TOP2:
-            f = output_distribution(Rule.TOP2, p, q)
+        if fault in (Rule.TOP2, Rule.NO_MAX):
+            f = output_distribution(fault, p, q)
         if fault is Rule.WRONG_TEMP:
             wrong = np.sqrt(q) / np.sqrt(q).sum()
             f = output_distribution(Rule.WRONG_TEMP, p, q, q_wrong=wrong)
@@ -112,12 +114,30 @@ def test_the_bets_keep_their_level_on_independent_runs_of_a_correct_sampler():
 
 @pytest.mark.parametrize(
     ("fault", "direction", "n"),
-    [(Rule.TOP2, Direction.RELAXED, 60), (Rule.WRONG_TEMP, Direction.DRAFT_TEMPERATURE, 600)],
+    [
+        (Rule.NO_MAX, Direction.DRAFT_LEAK, 60),
+        (Rule.TOP2, Direction.RELAXED, 60),
+        (Rule.WRONG_TEMP, Direction.DRAFT_TEMPERATURE, 600),
+    ],
 )
 def test_each_faulty_rule_is_caught_by_its_own_direction(fault, direction, n):
     result = _test(_draws(np.random.default_rng(5), n, fault), direction)
     assert result.p_value < 0.001, result.detail
-    assert result.effect > 0 if direction is Direction.RELAXED else result.effect < 0
+    assert result.effect < 0 if direction is Direction.DRAFT_TEMPERATURE else result.effect > 0
+
+
+def test_the_leak_bet_at_one_half_is_the_likelihood_ratio_of_an_unclamped_residual():
+    """``no_max`` emits ``(p + q) / 2``: where q lives inside p's support the bet λ = 1/2 on the
+    leak score is its likelihood ratio, the Neyman-Pearson test's statistic."""
+    rng = np.random.default_rng(4)
+    logits = rng.normal(0.0, 2.5, VOCAB)
+    p = np.exp(logits) / np.exp(logits).sum()
+    q = np.exp(logits + rng.normal(0.0, 1.5, VOCAB))
+    q /= q.sum()
+    f = output_distribution(Rule.NO_MAX, p, q)
+    assert f == pytest.approx((p + q) / 2)
+    for x in range(VOCAB):
+        assert 1 + 0.5 * position_scores(p, q, x)[0] == pytest.approx(f[x] / p[x])
 
 
 def _run(rule, prompts=4, seeds=6, tokens=24):
@@ -141,7 +161,11 @@ def _run(rule, prompts=4, seeds=6, tokens=24):
 
 @pytest.mark.parametrize(
     ("rule", "kind", "seeds"),
-    [(Rule.TOP2, "relaxed-acceptance", 6), (Rule.WRONG_TEMP, "draft-temperature", 10)],
+    [
+        (Rule.NO_MAX, "draft-leak", 6),
+        (Rule.TOP2, "relaxed-acceptance", 6),
+        (Rule.WRONG_TEMP, "draft-temperature", 10),
+    ],
 )
 def test_a_run_with_a_wrong_acceptance_rule_is_a_sampler_bug_by_its_direction(rule, kind, seeds):
     judged = judge_run(_run(rule, seeds=seeds), Counter(), alpha=0.005, has_logits=True)
@@ -149,11 +173,14 @@ def test_a_run_with_a_wrong_acceptance_rule_is_a_sampler_bug_by_its_direction(ru
     assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
 
 
-def test_a_correct_rejection_sampler_passes_both_directions_and_reads_back_from_its_record():
+RULE_KINDS = {"draft-leak", "relaxed-acceptance", "draft-temperature"}
+
+
+def test_a_correct_rejection_sampler_passes_every_direction_and_reads_back_from_its_record():
     run = _run(Rule.CORRECT)
     judged = judge_run(run, Counter(), alpha=0.005, has_logits=True)
     kinds = {t.kind for t in judged.pooled.tests}
-    assert {"relaxed-acceptance", "draft-temperature"} <= kinds
+    assert kinds >= RULE_KINDS
     assert not judged.pooled.rejected(), judged.pooled.lines()
     sample = next(iter(run.values()))[0].speculative
     record = {"tokens": list(sample.tokens), "rule_score": [list(e) for e in sample.rule_scores]}
@@ -166,11 +193,33 @@ def test_without_judgements_there_is_no_rule_test_and_with_some_missing_no_data(
         k: [Sample(s.key, s.baseline, s.baseline) for s in samples] for k, samples in run.items()
     }
     judged = judge_run(plain, Counter(), alpha=0.005, has_logits=True)
-    assert not {"relaxed-acceptance", "draft-temperature"} & {t.kind for t in judged.pooled.tests}
+    assert not RULE_KINDS & {t.kind for t in judged.pooled.tests}
     first, *rest = next(iter(run.values()))
     mixed = {"sim/p0": [Sample(first.key, first.baseline, first.baseline), *rest]}
     tests = judge_run(mixed, Counter(), alpha=0.005, has_logits=True).pooled.tests
-    rules = [t for t in tests if t.kind in ("relaxed-acceptance", "draft-temperature")]
-    assert [t.detail for t in rules] == [
-        "not enough data: 1 of 2 samples without the draft's rows"
-    ] * 2
+    rules = [t for t in tests if t.kind in RULE_KINDS]
+    why = "not enough data: 1 of 2 samples without the draft's rows' scores (an older file)"
+    assert [t.detail for t in rules] == [why] * 3
+
+
+def test_scores_recorded_by_an_older_equiv_give_no_data_not_a_misread():
+    """A file from before the leak score held two directions a position (8 numbers): its
+    entries must not be read as three."""
+    run = _run(Rule.CORRECT, prompts=1, seeds=2)
+    old = {
+        k: [
+            Sample(
+                s.key,
+                s.baseline,
+                dataclasses.replace(
+                    s.speculative, rule_scores=tuple(e[4:] for e in s.speculative.rule_scores)
+                ),
+            )
+            for s in samples
+        ]
+        for k, samples in run.items()
+    }
+    tests = judge_run(old, Counter(), alpha=0.005, has_logits=True).pooled.tests
+    assert {t.detail for t in tests if t.kind in RULE_KINDS} == {
+        "not enough data: 2 of 2 samples without the draft's rows' scores (an older file)"
+    }
