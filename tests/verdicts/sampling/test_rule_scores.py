@@ -62,6 +62,9 @@ def _edge_rows(rng):
     yield one, q
     yield q, q
     yield p, q
+    apart = np.where(q > 0, 0.0, p)  # no draft mass on p's support: the leak scores 0
+    if apart.sum() > 0:
+        yield apart / apart.sum(), q
 
 
 def test_each_score_has_mean_zero_and_its_stated_variance_under_the_target_row():
@@ -92,7 +95,7 @@ def test_the_relaxed_bet_at_one_is_the_likelihood_ratio_of_relaxed_acceptance():
     f = output_distribution(Rule.TOP2, p, q)
     x = int(np.argmax(f / p))
     entries = np.asarray([position_scores(p, q, x)])
-    s = entries[0, 0]
+    s = entries[0, 4 * list(Direction).index(Direction.RELAXED)]
     assert 1 + s == pytest.approx(f[x] / p[x])
     result = _test(entries, Direction.RELAXED)
     assert result.statistic == pytest.approx(np.log(np.mean([1 + b * s for b in BETS])))
@@ -124,6 +127,30 @@ def test_each_faulty_rule_is_caught_by_its_own_direction(fault, direction, n):
     result = _test(_draws(np.random.default_rng(5), n, fault), direction)
     assert result.p_value < 0.001, result.detail
     assert result.effect < 0 if direction is Direction.DRAFT_TEMPERATURE else result.effect > 0
+
+
+def test_without_cut_offs_an_unclamped_residual_is_caught_by_the_leak_alone():
+    """Whole rows (no top-k, top-p or min-p): ``no_max`` emits no token outside the chain's
+    support, so the support test sees nothing and ``draft-leak`` must."""
+    whole = SamplingConfig(temp=0.8, top_k=0, top_p=1.0, min_p=0.0)
+    run = {}
+    for k in range(4):
+        rng = np.random.default_rng([k, 53])
+        logits = rng.normal(0.0, 2.5, (VOCAB, VOCAB)).astype(np.float32)
+        draft = (logits + rng.normal(0.0, 1.5, logits.shape)).astype(np.float32)
+        run[f"sim/p{k}"] = [
+            Sample(
+                f"sim/p{k}::sampling::seed{s}",
+                sample_path(rng, logits, 24, whole),
+                sample_drafted(rng, logits, draft, 24, whole, Rule.NO_MAX),
+            )
+            for s in range(6)
+        ]
+    pooled = judge_run(run, Counter(), alpha=0.005, has_logits=True).pooled
+    tests = {t.kind: t for t in pooled.tests}
+    assert tests["support"].n > 0, pooled.lines()
+    assert tests["support"].statistic == 0, pooled.lines()
+    assert "draft-leak" in {t.kind for t in pooled.rejected()}, pooled.lines()
 
 
 def test_the_leak_bet_at_one_half_is_the_likelihood_ratio_of_an_unclamped_residual():
