@@ -36,7 +36,8 @@ judgement evidence, so both power columns are the same test); the Neyman-Pearson
 all the prompts' positions; false positives are disjoint groups of seeds on all prompts. With
 ``--unit sample`` the subsets are of single samples, whatever their prompt (a run whose prompts
 have different numbers of seeds): a budget's step is then one sample, not one seed of every
-prompt, for the faults whose limit is below one seed's tokens.
+prompt, for the faults whose limit is below one seed's tokens. ``--no-cut`` samples from whole rows
+(no top-k, top-p or min-p), where a leaked draft token is never outside the chain's support.
 
     python benchmarks/fault_detection.py --pooled chat/haiku_autumn,chat/cpu_explain,... \
         --seeds 24 --max-tokens 24
@@ -81,6 +82,10 @@ ENGINES = [
     "reference:correct",
     "llamacpp",
 ]
+#: temp 0.8 with llama.cpp's default cut-offs (top-k 40, top-p 0.95, min-p 0.05); ``--no-cut``
+#: samples from the whole vocabulary, where no token is outside the chain's support.
+SAMPLING = SamplingConfig(temp=0.8)
+NO_CUT = SamplingConfig(temp=0.8, top_k=0, top_p=1.0, min_p=0.0)
 BUDGETS = [25, 50, 100, 200, 400, 800, 1600, 3200]
 ALPHA = 0.01
 GROUP_TOKENS = 200
@@ -184,20 +189,33 @@ def _add(
 
 
 def sample_pool(
-    engine: str, prompt_key: str, seeds: int, max_tokens: int, tmp: Path, moments: Moments
+    engine: str,
+    prompt_key: str,
+    seeds: int,
+    max_tokens: int,
+    tmp: Path,
+    moments: Moments,
+    sampling: SamplingConfig = SAMPLING,
 ) -> list[Sample]:
-    return sample_pools(engine, [prompt_key], seeds, max_tokens, tmp, moments)[prompt_key]
+    pools = sample_pools(engine, [prompt_key], seeds, max_tokens, tmp, moments, sampling)
+    return pools[prompt_key]
 
 
 def sample_pools(
-    engine: str, keys: Sequence[str], seeds: int, max_tokens: int, tmp: Path, moments: Moments
+    engine: str,
+    keys: Sequence[str],
+    seeds: int,
+    max_tokens: int,
+    tmp: Path,
+    moments: Moments,
+    sampling: SamplingConfig = SAMPLING,
 ) -> dict[str, list[Sample]]:
     pair = resolve_pair()
     config = RunConfig(
         target=pair.target,
         draft=pair.draft,
         mode=Mode.SAMPLING,
-        sampling=SamplingConfig(temp=0.8),
+        sampling=sampling,
         seeds=tuple(range(1, seeds + 1)),
         max_tokens=max_tokens,
         draft_config=DraftConfig(draft_max=4),
@@ -343,12 +361,20 @@ def main() -> None:
         default="seed",
         help="--pooled: subsets of whole seeds (every prompt), or of single samples",
     )
+    parser.add_argument(
+        "--no-cut", action="store_true", help="no top-k, top-p or min-p (whole rows)"
+    )
     args = parser.parse_args()
     rng = np.random.default_rng(2026)
+    sampling = NO_CUT if args.no_cut else SAMPLING
+    cut = ", no cut-offs" if args.no_cut else ""
     if args.pooled:
-        pooled_main(args, rng)
+        pooled_main(args, rng, sampling, cut)
         return
-    print(f"prompt {args.prompt}, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
+    print(
+        f"prompt {args.prompt}, temp 0.8{cut}, draft-max 4, {args.seeds} seeds x <= "
+        f"{args.max_tokens}"
+    )
     head = "engine | pool (tokens) | tokens for power >= 0.95 | same, emitted tokens only"
     limit = f"Neyman-Pearson limit at power {POWER}"
     print(f"| {head} | {limit} | ratio | flagged runs of ~{GROUP_TOKENS} tokens | time |")
@@ -357,7 +383,9 @@ def main() -> None:
         for engine in args.engines.split(","):
             t0 = time.perf_counter()
             moments = Moments()
-            pool = sample_pool(engine, args.prompt, args.seeds, args.max_tokens, Path(tmp), moments)
+            pool = sample_pool(
+                engine, args.prompt, args.seeds, args.max_tokens, Path(tmp), moments, sampling
+            )
             full = needed(pool, rng, args.reps)
             blind = needed(black_box(pool), rng, args.reps)
             fp = false_positives(pool)
@@ -374,9 +402,14 @@ def main() -> None:
             )
 
 
-def pooled_main(args: argparse.Namespace, rng: np.random.Generator) -> None:
+def pooled_main(
+    args: argparse.Namespace, rng: np.random.Generator, sampling: SamplingConfig, cut: str
+) -> None:
     keys = args.pooled.split(",")
-    print(f"{len(keys)} prompts, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
+    print(
+        f"{len(keys)} prompts, temp 0.8{cut}, draft-max 4, {args.seeds} seeds x <= "
+        f"{args.max_tokens}"
+    )
     print(
         "| engine | pool (tokens) | tokens for power >= 0.95 (pooled, emitted tokens) | "
         f"Neyman-Pearson limit at power {POWER} | ratio | flagged disjoint 4-seed runs | time |"
@@ -386,7 +419,9 @@ def pooled_main(args: argparse.Namespace, rng: np.random.Generator) -> None:
         for engine in args.engines.split(","):
             t0 = time.perf_counter()
             moments = Moments()
-            pools = sample_pools(engine, keys, args.seeds, args.max_tokens, Path(tmp), moments)
+            pools = sample_pools(
+                engine, keys, args.seeds, args.max_tokens, Path(tmp), moments, sampling
+            )
             by = pooled_needed if args.unit == "seed" else pooled_needed_by_sample
             need = by(pools, rng, args.reps)
             fp = pooled_false_positives(pools, 4)
