@@ -57,6 +57,7 @@ __all__ = [
     "apply_penalties",
     "chain_distribution",
     "chain_probs",
+    "on_one_support",
     "penalised",
     "pit_position",
     "top_k_candidates",
@@ -302,3 +303,22 @@ def chain_distribution(
         typical_p=sampling.typical_p,
     )
     return (np.arange(row.shape[0]) if ids is None else ids), probs
+
+
+def on_one_support(
+    ids_a: npt.NDArray[np.intp],
+    a: FloatArray,
+    ids_b: npt.NDArray[np.intp],
+    b: FloatArray,
+) -> tuple[npt.NDArray[np.intp], FloatArray, FloatArray]:
+    """Two of `chain_distribution`'s outputs over the union of their candidates: the ids
+    (ascending) and each distribution there, 0 where it has no candidate. The union is a mask
+    over the vocabulary (``np.union1d`` hashes: 0.1 s a position over whole rows of 262,144)."""
+    mask = np.zeros(int(max(ids_a.max(initial=-1), ids_b.max(initial=-1))) + 1, dtype=bool)
+    mask[ids_a] = True
+    mask[ids_b] = True
+    ids = np.flatnonzero(mask)
+    out_a, out_b = np.zeros(ids.size), np.zeros(ids.size)
+    out_a[np.searchsorted(ids, ids_a)] = a
+    out_b[np.searchsorted(ids, ids_b)] = b
+    return ids, out_a, out_b

@@ -16,6 +16,7 @@ from equiv.engines.chain import (
     apply_penalties,
     chain_distribution,
     chain_probs,
+    on_one_support,
     pit_position,
     top_k_candidates,
     validate_sampling,
@@ -375,3 +376,20 @@ def test_top_k_candidates_partition_the_whole_row_where_few_lie_near_the_top() -
     flat = np.zeros(64, dtype=np.float32)
     flat[[3, 40]] = 1.0  # all tied below the two largest: every tie with the k-th is kept
     np.testing.assert_array_equal(top_k_candidates(flat, 5), np.arange(64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(size_a=st.integers(0, 40), size_b=st.integers(0, 40), seed=st.integers(0, 2**16))
+def test_two_distributions_on_one_support_keep_each_ones_mass_at_its_ids(
+    size_a: int, size_b: int, seed: int
+) -> None:
+    """What `np.union1d` and a scatter give, empty candidates and id 0 included."""
+    rng = np.random.default_rng(seed)
+    ids_a = np.sort(rng.choice(64, size_a, replace=False))
+    ids_b = np.sort(rng.choice(64, size_b, replace=False))
+    a, b = rng.random(size_a), rng.random(size_b)
+    ids, on_a, on_b = on_one_support(ids_a, a, ids_b, b)
+    np.testing.assert_array_equal(ids, np.union1d(ids_a, ids_b))
+    for own_ids, own, out in ((ids_a, a, on_a), (ids_b, b, on_b)):
+        np.testing.assert_array_equal(out[np.isin(ids, own_ids)], own)
+        assert not out[~np.isin(ids, own_ids)].any()

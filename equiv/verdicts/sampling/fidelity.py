@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from equiv.config import SamplingConfig
-from equiv.engines.chain import chain_distribution
+from equiv.engines.chain import chain_distribution, on_one_support
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records.codec import ROUND, decode, encode
 
@@ -146,10 +146,7 @@ def rescore_fidelity(
         a, b = _widen(reported[i], width), _widen(rescored[i], width)
         ids_a, pa = chain_distribution(a, tokens[:i], sampling)
         ids_b, pb = chain_distribution(b, tokens[:i], sampling)
-        ids = np.union1d(ids_a, ids_b)
-        fa, fb = np.zeros(ids.size), np.zeros(ids.size)
-        fa[np.searchsorted(ids, ids_a)] = pa
-        fb[np.searchsorted(ids, ids_b)] = pb
+        ids, fa, fb = on_one_support(ids_a, pa, ids_b, pb)
         tv.append(0.5 * float(np.abs(fa - fb).sum()))
         kl.append(_rows_kl(a, b))
         top = int(np.argmax(fa))

@@ -28,7 +28,7 @@ import numpy.typing as npt
 from scipy.special import ndtri
 
 from equiv.config import SamplingConfig
-from equiv.engines.chain import chain_distribution, penalised, pit_position
+from equiv.engines.chain import chain_distribution, on_one_support, penalised, pit_position
 from equiv.json_types import JSONDict
 from equiv.records import Judgement, TokenAlternatives
 from equiv.verdicts.sampling.rule_scores import position_scores
@@ -122,14 +122,17 @@ def evidence_json(evidence: PathEvidence) -> JSONDict:
     return data
 
 
+def _index(ids: npt.NDArray[np.intp], token: int) -> int | None:
+    """``token``'s index in the ascending ``ids``, or None where it is not among them."""
+    where = int(np.searchsorted(ids, token))
+    return where if where < ids.size and ids[where] == token else None
+
+
 def _pit(ids: npt.NDArray[np.intp], probs: npt.NDArray[np.float64], token: int) -> list[float]:
     """``[mass_before, p_token, p_top]``; a token outside the candidates had probability 0, so
     all the mass ranks before it."""
-    where = int(np.searchsorted(ids, token))
-    if where < ids.size and ids[where] == token:
-        mass, p = pit_position(probs, where)
-    else:
-        mass, p = 1.0, 0.0
+    where = _index(ids, token)
+    mass, p = pit_position(probs, where) if where is not None else (1.0, 0.0)
     return [round(mass, 9), round(p, 9), round(float(probs.max()), 9)]
 
 
@@ -246,8 +249,8 @@ def _tempering(
     lies outside its support (the PIT and the support test count that)."""
     keep = probs > 0
     ids, probs = ids[keep], probs[keep]
-    where = int(np.searchsorted(ids, token))
-    if ids.size < 2 or where >= ids.size or ids[where] != token:
+    where = _index(ids, token)
+    if ids.size < 2 or where is None:
         return 0.0, [0.0] * (3 + 2 * len(MARGIN_POWERS))
     order = np.lexsort((ids, -probs))  # probability descending, ties by ascending id
     p = probs[order]
@@ -286,21 +289,6 @@ def top_k_rows(
     return rows
 
 
-def _union(a: npt.NDArray[np.intp], b: npt.NDArray[np.intp]) -> npt.NDArray[np.intp]:
-    """The ascending ids in ``a`` or ``b``, by a mask over the vocabulary (``np.union1d`` hashes:
-    0.1 s a position over whole rows of 262,144)."""
-    mask = np.zeros(int(max(a.max(initial=-1), b.max(initial=-1))) + 1, dtype=bool)
-    mask[a] = True
-    mask[b] = True
-    return np.flatnonzero(mask)
-
-
-def _index(ids: npt.NDArray[np.intp], token: int) -> int | None:
-    """``token``'s index in the ascending ``ids``, or None where it is not among them."""
-    where = int(np.searchsorted(ids, token))
-    return where if where < ids.size and ids[where] == token else None
-
-
 def judgement_evidence(
     rows: npt.NDArray[np.float32],
     tokens: Sequence[int],
@@ -324,11 +312,7 @@ def judgement_evidence(
     for j in judgements:
         p_ids, p = chain_distribution(rows[j.pos], tokens[: j.pos], sampling)
         q_ids, q = chain_distribution(j.draft_row, tokens[: j.pos], sampling)
-        ids = _union(p_ids, q_ids)
-        pp = np.zeros(ids.size)
-        qq = np.zeros(ids.size)
-        pp[np.searchsorted(ids, p_ids)] = p
-        qq[np.searchsorted(ids, q_ids)] = q
+        ids, pp, qq = on_one_support(p_ids, p, q_ids, q)
         where = _index(ids, j.token)
         px, qx = (float(pp[where]), float(qq[where])) if where is not None else (0.0, 0.0)
         a = min(1.0, px / qx) if qx > 0 else 1.0
