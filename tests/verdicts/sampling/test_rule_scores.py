@@ -129,30 +129,6 @@ def test_each_faulty_rule_is_caught_by_its_own_direction(fault, direction, n):
     assert result.effect < 0 if direction is Direction.DRAFT_TEMPERATURE else result.effect > 0
 
 
-def test_without_cut_offs_an_unclamped_residual_is_caught_by_the_leak_alone():
-    """Whole rows (no top-k, top-p or min-p): ``no_max`` emits no token outside the chain's
-    support, so the support test sees nothing and ``draft-leak`` must."""
-    whole = SamplingConfig(temp=0.8, top_k=0, top_p=1.0, min_p=0.0)
-    run = {}
-    for k in range(4):
-        rng = np.random.default_rng([k, 53])
-        logits = rng.normal(0.0, 2.5, (VOCAB, VOCAB)).astype(np.float32)
-        draft = (logits + rng.normal(0.0, 1.5, logits.shape)).astype(np.float32)
-        run[f"sim/p{k}"] = [
-            Sample(
-                f"sim/p{k}::sampling::seed{s}",
-                sample_path(rng, logits, 24, whole),
-                sample_drafted(rng, logits, draft, 24, whole, Rule.NO_MAX),
-            )
-            for s in range(6)
-        ]
-    pooled = judge_run(run, Counter(), alpha=0.005, has_logits=True).pooled
-    tests = {t.kind: t for t in pooled.tests}
-    assert tests["support"].n > 0, pooled.lines()
-    assert tests["support"].statistic == 0, pooled.lines()
-    assert "draft-leak" in {t.kind for t in pooled.rejected()}, pooled.lines()
-
-
 def test_the_leak_bet_at_one_half_is_the_likelihood_ratio_of_an_unclamped_residual():
     """``no_max`` emits ``(p + q) / 2``: where q lives inside p's support the bet λ = 1/2 on the
     leak score is its likelihood ratio, the Neyman-Pearson test's statistic."""
@@ -167,7 +143,7 @@ def test_the_leak_bet_at_one_half_is_the_likelihood_ratio_of_an_unclamped_residu
         assert 1 + 0.5 * position_scores(p, q, x)[0] == pytest.approx(f[x] / p[x])
 
 
-def _run(rule, prompts=4, seeds=6, tokens=24):
+def _run(rule, prompts=4, seeds=6, tokens=24, sampling=SAMPLING):
     """A run whose speculative path is a rejection sampler with ``rule``; the placebo plain."""
     out = {}
     for k in range(prompts):
@@ -178,12 +154,24 @@ def _run(rule, prompts=4, seeds=6, tokens=24):
         out[key] = [
             Sample(
                 f"{key}::sampling::seed{s}",
-                sample_path(rng, logits, tokens, SAMPLING),
-                sample_drafted(rng, logits, draft, tokens, SAMPLING, rule),
+                sample_path(rng, logits, tokens, sampling),
+                sample_drafted(rng, logits, draft, tokens, sampling, rule),
             )
             for s in range(seeds)
         ]
     return out
+
+
+def test_without_cut_offs_an_unclamped_residual_is_caught_by_the_leak_alone():
+    """Whole rows (no top-k, top-p or min-p): ``no_max`` emits no token outside the chain's
+    support, so the support test sees nothing and ``draft-leak`` must."""
+    whole = SamplingConfig(temp=0.8, top_k=0, top_p=1.0, min_p=0.0)
+    run = _run(Rule.NO_MAX, sampling=whole)
+    pooled = judge_run(run, Counter(), alpha=0.005, has_logits=True).pooled
+    tests = {t.kind: t for t in pooled.tests}
+    assert tests["support"].n > 0, pooled.lines()
+    assert tests["support"].statistic == 0, pooled.lines()
+    assert "draft-leak" in {t.kind for t in pooled.rejected()}, pooled.lines()
 
 
 @pytest.mark.parametrize(
