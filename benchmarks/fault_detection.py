@@ -245,7 +245,7 @@ def pooled_needed_by_sample(
     whose prompts have different numbers of seeds, as one with seeds where the evidence is):
     the subsets' mean token count at the smallest size that reaches it."""
     units = [(key, i) for key, pool in pools.items() for i in range(len(pool))]
-    for k in (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 80, 96):
+    for k in (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 64, 80, 96):
         if k > len(units):
             break
         hits, tokens = 0, 0

@@ -58,6 +58,7 @@ within 1e-3 of 1) and renormalised in float64.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -70,6 +71,7 @@ __all__ = [
     "output_distribution",
     "residual",
     "total_variation",
+    "wrong_temp_outputs",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -133,9 +135,15 @@ def _rows(
     return qv, num, den
 
 
-def _top_ids(p: FloatArray, k: int) -> npt.NDArray[np.intp]:
-    """The ``k`` most probable ids, ties to the lower id."""
-    return np.argsort(-p, kind="stable")[:k]
+def _top_ids(p: FloatArray, k: int) -> list[int]:
+    """The ``k`` most probable ids, ties to the lower id (``argmax`` returns the first), by
+    ``k`` passes over the row rather than a sort of it: k is 1 or 2, rows are a vocabulary."""
+    rest = p.copy()
+    ids = []
+    for _ in range(min(k, rest.size)):
+        ids.append(int(np.argmax(rest)))
+        rest[ids[-1]] = -np.inf
+    return ids
 
 
 def _accept_vector(rule: Rule, num: FloatArray, den: FloatArray) -> FloatArray:
@@ -222,6 +230,36 @@ def output_distribution(
     accepted = qv * _accept_vector(rule, num, den)
     reject = max(0.0, 1.0 - float(accepted.sum()))
     out: FloatArray = accepted + reject * _residual_vector(rule, num, den)
+    return out
+
+
+def wrong_temp_outputs(
+    p: FloatArray, q: FloatArray, exponents: Sequence[float], token: int
+) -> FloatArray:
+    """``output_distribution(Rule.WRONG_TEMP, p, q, q_wrong=norm(q ** k))[token]`` for each
+    ``k`` of ``exponents`` at once: the draft read at ``1 / k`` times its temperature
+    (temperature comes last in llama.cpp's chain). The same formula, ``out(x) = q(x) a(x) +
+    (1 - sum q a) r(x)``, kept to the one token the scoring loop asks for: ``p`` and ``q`` are
+    distributions already (no checks), and a row of the vocabulary costs a pass, not a sort."""
+    live = q > 0
+    log_q = np.log(q[live])
+    k = np.asarray(exponents, dtype=np.float64)[:, None]
+    wrong = np.exp(k * (log_q - log_q.max()))
+    wrong /= wrong.sum(axis=1, keepdims=True)  # q_wrong on q's support, one row a k
+    pl, ql = p[live], q[live]
+    accepted = np.minimum(ql, ql * pl / wrong)  # q a, with a = min(1, p / q_wrong)
+    excess = np.maximum(0.0, pl - wrong)
+    # The residual max(0, p - q_wrong) over the vocabulary: where q is 0, q_wrong is too.
+    total = excess.sum(axis=1) + float(p[~live].sum())
+    reject = np.maximum(0.0, 1.0 - accepted.sum(axis=1))
+    if live[token]:
+        at = int(np.count_nonzero(live[:token]))
+        mine, residual = accepted[:, at], excess[:, at]
+    else:
+        mine, residual = np.zeros(k.shape[0]), np.full(k.shape[0], p[token])
+    # An all-zero residual (p == q_wrong) falls back to p, as `residual` does.
+    safe = np.where(total > 0.0, total, 1.0)
+    out: FloatArray = mine + reject * np.where(total > 0.0, residual / safe, p[token])
     return out
 
 

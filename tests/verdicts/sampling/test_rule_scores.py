@@ -13,9 +13,15 @@ import pytest
 from simulated_chain import sample_drafted, sample_path
 
 from equiv.config import SamplingConfig
-from equiv.engines.acceptance_rules import Rule, output_distribution
+from equiv.engines.acceptance_rules import Rule, output_distribution, wrong_temp_outputs
 from equiv.records.verdict import Label
-from equiv.verdicts.sampling.rule_scores import BETS, Direction, betting_test, position_scores
+from equiv.verdicts.sampling.rule_scores import (
+    BETS,
+    EXPONENTS,
+    Direction,
+    betting_test,
+    position_scores,
+)
 from equiv.verdicts.sampling.run_verdict import judge_run
 from equiv.verdicts.sampling.samples import PathSample, Sample
 
@@ -47,9 +53,13 @@ def _draws(rng, n, fault=None):
     return np.asarray(entries)
 
 
+def _columns(direction):
+    start = sum(d.width for d in list(Direction)[: list(Direction).index(direction)])
+    return slice(start, start + direction.width)
+
+
 def _test(entries, direction, alpha=0.01):
-    i = list(Direction).index(direction)
-    return betting_test(entries[:, 4 * i : 4 * i + 4], direction, alpha)
+    return betting_test(entries[:, _columns(direction)], direction, alpha)
 
 
 def _edge_rows(rng):
@@ -67,26 +77,45 @@ def _edge_rows(rng):
         yield apart / apart.sum(), q
 
 
-def test_each_score_has_mean_zero_and_its_stated_variance_under_the_target_row():
-    """Every bet's factor is >= 0 at every token and 1 on average under p: each bet is a fair
-    game, whatever the rows (p cut to few tokens or one, p equal to q)."""
+def test_each_factor_is_a_fair_game_under_the_target_row():
+    """Every bet's and every likelihood ratio's factor is >= 0 at every token and 1 on average
+    under p, whatever the rows (p cut to few tokens or one, p equal to q); the linear scores
+    have mean 0 and their stated variance, lowest and highest."""
     rng = np.random.default_rng(7)
     for _ in range(20):
         for p, q in _edge_rows(rng):
             every = np.asarray([position_scores(p, q, x) for x in range(VOCAB)])
             live = p > 0
-            for i in range(len(Direction)):
-                s = every[:, 4 * i]
+            for d in (Direction.DRAFT_LEAK, Direction.RELAXED):
+                s, variance, low, high = every[:, _columns(d)].T
                 assert p @ s == pytest.approx(0.0, abs=1e-9)
-                assert p @ s**2 == pytest.approx(every[0, 4 * i + 1], rel=1e-6, abs=1e-12)
-                assert s[live].min() == pytest.approx(every[0, 4 * i + 2])
-                assert s[live].max() == pytest.approx(every[0, 4 * i + 3])
-                low, high = every[0, 4 * i + 2], every[0, 4 * i + 3]
-                for bet in (*BETS, *(-b for b in BETS)):
-                    worst = -low if bet > 0 else high
-                    lam = np.sign(bet) * min(abs(bet), 1.0 / max(worst, 1e-12))
-                    assert (1 + lam * s[live]).min() >= -1e-9
-                    assert p @ (1 + lam * s) == pytest.approx(1.0, abs=1e-9)
+                assert p @ s**2 == pytest.approx(variance[0], rel=1e-6, abs=1e-12)
+                assert s[live].min() == pytest.approx(low[0])
+                assert s[live].max() == pytest.approx(high[0])
+                assert low[0] >= -1 - 1e-12
+                for bet in BETS:
+                    assert (1 + bet * s[live]).min() >= -1e-9
+                    assert p @ (1 + bet * s) == pytest.approx(1.0, abs=1e-9)
+            factors = np.exp(every[:, _columns(Direction.DRAFT_TEMPERATURE)])
+            assert factors.shape[1] == len(EXPONENTS)
+            assert p @ factors == pytest.approx(np.ones(len(EXPONENTS)), abs=1e-9)
+
+
+def test_the_temperature_factors_are_the_wrong_temp_rules_likelihood_ratios():
+    """`wrong_temp_outputs`, the one-token shortcut the scoring loop takes, is the rule's
+    `output_distribution` at each exponent and token, edge rows included."""
+    rng = np.random.default_rng(9)
+    for _ in range(10):
+        for p, q in _edge_rows(rng):
+            for k in (0.25, 0.5, 0.9, 1.0, 1.3, 4.0):
+                qk = np.where(q > 0, q**k, 0.0)
+                out = output_distribution(Rule.WRONG_TEMP, p, q, q_wrong=qk / qk.sum())
+                at = [wrong_temp_outputs(p, q, (k,), x)[0] for x in range(VOCAB)]
+                assert at == pytest.approx(out, abs=1e-12)
+            x = int(np.argmax(p))
+            log_ratio = position_scores(p, q, x)[_columns(Direction.DRAFT_TEMPERATURE)]
+            out = wrong_temp_outputs(p, q, EXPONENTS, x)
+            assert np.exp(log_ratio) == pytest.approx((1 - 1e-9) * out / p[x] + 1e-9)
 
 
 def test_the_relaxed_bet_at_one_is_the_likelihood_ratio_of_relaxed_acceptance():
@@ -95,7 +124,7 @@ def test_the_relaxed_bet_at_one_is_the_likelihood_ratio_of_relaxed_acceptance():
     f = output_distribution(Rule.TOP2, p, q)
     x = int(np.argmax(f / p))
     entries = np.asarray([position_scores(p, q, x)])
-    s = entries[0, 4 * list(Direction).index(Direction.RELAXED)]
+    s = entries[0, _columns(Direction.RELAXED)][0]
     assert 1 + s == pytest.approx(f[x] / p[x])
     result = _test(entries, Direction.RELAXED)
     assert result.statistic == pytest.approx(np.log(np.mean([1 + b * s for b in BETS])))
@@ -218,8 +247,8 @@ def test_without_judgements_there_is_no_rule_test_and_with_some_missing_no_data(
 
 
 def test_scores_recorded_by_an_older_equiv_give_no_data_not_a_misread():
-    """A file from before the leak score held two directions a position (8 numbers): its
-    entries must not be read as three."""
+    """A file from before the temperature test's likelihood ratios held 12 numbers a position
+    (three directions of 4), one from before the leak score 8: neither is read as today's."""
     run = _run(Rule.CORRECT, prompts=1, seeds=2)
     old = {
         k: [
@@ -227,10 +256,11 @@ def test_scores_recorded_by_an_older_equiv_give_no_data_not_a_misread():
                 s.key,
                 s.baseline,
                 dataclasses.replace(
-                    s.speculative, rule_scores=tuple(e[4:] for e in s.speculative.rule_scores)
+                    s.speculative,
+                    rule_scores=tuple(e[: 4 * (2 + n)] for e in s.speculative.rule_scores),
                 ),
             )
-            for s in samples
+            for n, s in enumerate(samples)
         ]
         for k, samples in run.items()
     }
