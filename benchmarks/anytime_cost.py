@@ -63,12 +63,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         keys = args.prompts.split(",")
         pools = sample_pools(args.engine, keys, args.seeds, args.max_tokens, Path(tmp), moments)
-    first = WIDTH - Direction.DRAFT_TEMPERATURE.width
     units: list[tuple[int, FloatArray]] = []  # (tokens, each exponent's log-product)
     for pool in pools.values():
         for sample in pool:
             entries = np.asarray(sample.speculative.rule_scores or (), dtype=np.float64)
-            logs = entries.reshape(-1, WIDTH)[:, first:].sum(axis=0)
+            columns = Direction.DRAFT_TEMPERATURE.columns
+            logs = entries.reshape(-1, WIDTH)[:, columns].sum(axis=0)
             units.append((len(sample.speculative.tokens), logs))
     limit, how = moments.limit()
     print(

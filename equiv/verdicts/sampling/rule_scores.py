@@ -99,6 +99,13 @@ class Direction(str, enum.Enum):
     def width(self) -> int:
         return len(EXPONENTS) if self is Direction.DRAFT_TEMPERATURE else 4
 
+    @property
+    def columns(self) -> slice:
+        """Where this direction's numbers lie in a judged position's entry."""
+        order = list(Direction)
+        start = sum(d.width for d in order[: order.index(self)])
+        return slice(start, start + self.width)
+
 
 #: How many numbers a judged position's ``rule_score`` entry holds.
 WIDTH = sum(d.width for d in Direction)
@@ -135,14 +142,14 @@ def position_scores(p: FloatArray, q: FloatArray, token: int | None) -> list[flo
     ``token`` the emitted one's index in it (None, or p = 0 there: outside the chain's support,
     which the support test counts; its scores are 0 and its factors 1)."""
     live = p > 0
-    at = token is not None and bool(live[token])
+    at = token if token is not None and live[token] else None
     out: list[float] = []
     for s in _linear_scores(p, q):
         values = s[live]
-        score = float(s[token]) if token is not None and at else 0.0
+        score = float(s[at]) if at is not None else 0.0
         out += [score, float(p[live] @ values**2), float(values.min()), float(values.max())]
-    if token is not None and at:
-        ratio = wrong_temp_outputs(p, q, EXPONENTS, token) / p[token]
+    if at is not None:
+        ratio = wrong_temp_outputs(p, q, EXPONENTS, at) / p[at]
         out += [float(x) for x in np.log((1.0 - FLOOR) * ratio + FLOOR)]
     else:
         out += [0.0] * len(EXPONENTS)
@@ -168,7 +175,9 @@ def betting_test(entries: FloatArray, direction: Direction, alpha: float) -> Tes
     name = str(direction)
     n = int(entries.shape[0])
     temperature = direction is Direction.DRAFT_TEMPERATURE
-    if not (np.any(entries != 0.0) if temperature else n and entries[:, 1].sum() > 0.0):
+    # A factor of 1 everywhere (temperature), or no variance (a linear score), moves nothing.
+    moves = np.any(entries != 0.0) if temperature else entries[:, 1].sum() > 0.0
+    if not moves:
         return not_enough(name, alpha, n, "no judged position where the direction moves p")
     logs = _log_products(entries, direction)
     log_e = float(logsumexp(logs)) - math.log(len(logs))
@@ -206,9 +215,7 @@ def rule_tests(records: Sequence[Sample], alpha: float) -> list[TestResult]:
         why = f"{stale} of {len(rows)} samples without the draft's rows' scores (an older file)"
         return [not_enough(f"{d}:pooled", alpha, 0, why) for d in Direction]
     entries = np.asarray([e for r in rows if r for e in r], dtype=np.float64).reshape(-1, WIDTH)
-    tests, start = [], 0
-    for d in Direction:
-        test = betting_test(entries[:, start : start + d.width], d, alpha)
-        tests.append(dataclasses.replace(test, name=f"{d}:pooled"))
-        start += d.width
-    return tests
+    return [
+        dataclasses.replace(betting_test(entries[:, d.columns], d, alpha), name=f"{d}:pooled")
+        for d in Direction
+    ]

@@ -53,13 +53,8 @@ def _draws(rng, n, fault=None):
     return np.asarray(entries)
 
 
-def _columns(direction):
-    start = sum(d.width for d in list(Direction)[: list(Direction).index(direction)])
-    return slice(start, start + direction.width)
-
-
 def _test(entries, direction, alpha=0.01):
-    return betting_test(entries[:, _columns(direction)], direction, alpha)
+    return betting_test(entries[:, direction.columns], direction, alpha)
 
 
 def _edge_rows(rng):
@@ -87,7 +82,7 @@ def test_each_factor_is_a_fair_game_under_the_target_row():
             every = np.asarray([position_scores(p, q, x) for x in range(VOCAB)])
             live = p > 0
             for d in (Direction.DRAFT_LEAK, Direction.RELAXED):
-                s, variance, low, high = every[:, _columns(d)].T
+                s, variance, low, high = every[:, d.columns].T
                 assert p @ s == pytest.approx(0.0, abs=1e-9)
                 assert p @ s**2 == pytest.approx(variance[0], rel=1e-6, abs=1e-12)
                 assert s[live].min() == pytest.approx(low[0])
@@ -96,7 +91,7 @@ def test_each_factor_is_a_fair_game_under_the_target_row():
                 for bet in BETS:
                     assert (1 + bet * s[live]).min() >= -1e-9
                     assert p @ (1 + bet * s) == pytest.approx(1.0, abs=1e-9)
-            factors = np.exp(every[:, _columns(Direction.DRAFT_TEMPERATURE)])
+            factors = np.exp(every[:, Direction.DRAFT_TEMPERATURE.columns])
             assert factors.shape[1] == len(EXPONENTS)
             assert p @ factors == pytest.approx(np.ones(len(EXPONENTS)), abs=1e-9)
 
@@ -113,7 +108,7 @@ def test_the_temperature_factors_are_the_wrong_temp_rules_likelihood_ratios():
                 at = [wrong_temp_outputs(p, q, (k,), x)[0] for x in range(VOCAB)]
                 assert at == pytest.approx(out, abs=1e-12)
             x = int(np.argmax(p))
-            log_ratio = position_scores(p, q, x)[_columns(Direction.DRAFT_TEMPERATURE)]
+            log_ratio = position_scores(p, q, x)[Direction.DRAFT_TEMPERATURE.columns]
             out = wrong_temp_outputs(p, q, EXPONENTS, x)
             assert np.exp(log_ratio) == pytest.approx((1 - 1e-9) * out / p[x] + 1e-9)
 
@@ -124,7 +119,7 @@ def test_the_relaxed_bet_at_one_is_the_likelihood_ratio_of_relaxed_acceptance():
     f = output_distribution(Rule.TOP2, p, q)
     x = int(np.argmax(f / p))
     entries = np.asarray([position_scores(p, q, x)])
-    s = entries[0, _columns(Direction.RELAXED)][0]
+    s = entries[0, Direction.RELAXED.columns][0]
     assert 1 + s == pytest.approx(f[x] / p[x])
     result = _test(entries, Direction.RELAXED)
     assert result.statistic == pytest.approx(np.log(np.mean([1 + b * s for b in BETS])))
