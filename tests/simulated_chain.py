@@ -18,6 +18,7 @@ from equiv.engines.acceptance_rules import Rule, accept_probability, residual
 from equiv.engines.chain import chain_distribution
 from equiv.records import Judgement
 from equiv.verdicts.sampling.samples import PathSample
+from equiv.verdicts.sampling.support import far_outside
 from equiv.verdicts.sampling.token_evidence import chain_evidence, judgement_evidence
 
 __all__ = ["OUTSIDE_RATE", "faulty", "sample_drafted", "sample_pair", "sample_path"]
@@ -68,6 +69,10 @@ def sample_path(
     return _evidence(rows, tokens, sampling)
 
 
+def _far(positions: list[int] | None) -> tuple[int, ...] | None:
+    return None if positions is None else tuple(positions)
+
+
 def _evidence(rows: list, tokens: list[int], sampling: SamplingConfig) -> PathSample:
     evidence = chain_evidence(np.asarray(rows), tokens, sampling)
     return PathSample(
@@ -75,6 +80,7 @@ def _evidence(rows: list, tokens: list[int], sampling: SamplingConfig) -> PathSa
         pits={"chain_pit": tuple(map(tuple, evidence.pits))},
         sensitivities={"chain_sensitivity": tuple(evidence.sensitivities)},
         scores={"chain_score": tuple(map(tuple, evidence.scores))},
+        far_outside=_far(far_outside(np.asarray(rows), tokens, evidence.pits, sampling)),
     )
 
 

@@ -43,6 +43,7 @@ from equiv.verdicts.sampling.analysis_record import BatchedEvidence
 from equiv.verdicts.sampling.fidelity import Fidelity, rescore_fidelity
 from equiv.verdicts.sampling.pit_tests import batched_vs_placebo
 from equiv.verdicts.sampling.samples import PathSample, Sample
+from equiv.verdicts.sampling.support import far_outside
 from equiv.verdicts.sampling.token_evidence import (
     PathEvidence,
     ReportedEvidence,
@@ -241,6 +242,10 @@ class Evidence:
                     chain_score=chain.scores,
                 )
             )
+        if chain is not None and gen.logits is not None:  # the very rows it sampled from
+            far = far_outside(gen.logits, gen.tokens, chain.pits, sampling)
+            if far is not None:
+                out["chain_far"] = far
         pieces = piece_bytes(self.baseline if path == "baseline" else self.speculative)
         if gen.logits is None and pieces is not None:
             known = pieces

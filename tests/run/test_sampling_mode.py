@@ -53,6 +53,7 @@ def test_llama_cpp_sampling_records_evidence_and_is_not_flagged(model_pair, tmp_
             pits = sample.path(path).pits["chain_pit"]
             assert len(pits) == len(record.generation(path).tokens)
             assert all(0 <= mass <= 1 and 0 < p <= top <= 1 for mass, p, top in pits)
+            assert sample.path(path).far_outside == ()  # counted, and none
     # The drift is measured on the first seeds: the target's rows, one token at a time.
     rescored = seeds[:RESCORED_SEEDS]
     assert all(r.rescore_drift is not None for r in rescored)

@@ -36,8 +36,9 @@ The tests:
 - ``temperature``: ``λ - 1`` of the tempered family ``p ** λ`` (a wrong temperature anywhere);
 - ``support``: tokens the configured chain cannot emit under the rows (a top-k/top-p/min-p cut-off
   ignored, a residual without its clamp or its normalisation): in process an exact binomial
-  test of the count against the instrument's tolerance (`SUPPORT_TOLERANCE`), the placebo's
-  own its check; over HTTP an exact conditional binomial test of the two paths' counts.
+  test of the count against the instrument's tolerance, and of the tokens outside beyond
+  rounding, which a correct sampler cannot emit (`equiv.verdicts.sampling.support`), the
+  placebo's own its check; over HTTP an exact conditional binomial test of the two paths' counts.
 - ``draft-leak``, ``relaxed-acceptance``, ``draft-temperature``: in process, where a rejection
   sampler reports the draft's rows, bets on scores aimed at those faults
   (`equiv.verdicts.sampling.rule_scores`).
@@ -63,7 +64,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import PATHS
@@ -85,25 +85,17 @@ from equiv.verdicts.sampling.pooled_bounds import Bound, PathData
 from equiv.verdicts.sampling.pooled_bounds import bounds as bounds_of
 from equiv.verdicts.sampling.rule_scores import rule_tests
 from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.support import support_against_rows, support_vs_placebo
 from equiv.verdicts.stats import TestResult
-from equiv.verdicts.stats.result import not_enough
 
 __all__ = [
     "REPORTED",
-    "SUPPORT_TOLERANCE",
     "Design",
     "PooledAnalysis",
     "against_rows",
     "is_reported",
     "pool",
-    "support_against_rows",
-    "support_vs_placebo",
 ]
-
-#: In process, the share of a correct sampler's tokens equiv's chain may put outside the support
-#: of the rows it sampled from (a token at a cut-off within rounding): 6 times the 95 % bound of
-#: none in 180,703 measured (docs/verdicts.md); over HTTP the paths are compared instead.
-SUPPORT_TOLERANCE = 1e-4
 
 #: Over HTTP, the PIT entries of the tokens whose sampled-from row the server reported
 #: (`equiv.verdicts.sampling.token_evidence.reported_evidence`).
@@ -233,55 +225,33 @@ class PooledAnalysis:
         return decode(cls, data, "pooled")
 
 
-def support_vs_placebo(
-    speculative: tuple[int, int], placebo: tuple[int, int], *, alpha: float
-) -> TestResult:
-    """Does the speculative path emit more tokens outside the chain's support than the placebo?
-    Each path gives ``(outside, tokens)``. Given ``a + b`` tokens outside on both, ``a`` is
-    binomial with the speculative share of tokens under H0: the exact one-sided p-value."""
-    (a, n_s), (b, n_b) = speculative, placebo
-    name = "support_vs_placebo"
-    if min(n_s, n_b) < 1:
-        return not_enough(name, alpha, n_s + n_b, "no tokens on a path")
-    share = n_s / (n_s + n_b)
-    p_value = float(sps.binom.sf(a - 1, a + b, share)) if a else 1.0
-    detail = (
-        f"tokens outside the chain's support: speculative {a} of {n_s}, placebo {b} of {n_b}; "
-        f"exact binomial test of the speculative share of the {a + b} given {share:.3f}"
-    )
-    return TestResult(name, float(a), p_value, alpha, n_s + n_b, None, None, a / n_s, detail)
-
-
-def support_against_rows(
-    outside: int, tokens: int, *, alpha: float, tolerance: float = SUPPORT_TOLERANCE
-) -> TestResult:
-    """Does a path emit more tokens outside the chain's support than the instrument's
-    ``tolerance`` allows, under the very rows it sampled from? The exact one-sided binomial
-    p-value of ``outside`` in ``tokens`` at that share."""
-    name = "support_against_rows"
-    if tokens < 1:
-        return not_enough(name, alpha, tokens, "no tokens")
-    p_value = float(sps.binom.sf(outside - 1, tokens, tolerance)) if outside else 1.0
-    detail = (
-        f"tokens outside the chain's support: {outside} of {tokens}; exact binomial test "
-        f"against the instrument's tolerance of {tolerance:g} a token"
-    )
-    return TestResult(
-        name, float(outside), p_value, alpha, tokens, None, None, outside / tokens, detail
-    )
-
-
-def _support(data: PathData, alpha: float, design: Design) -> tuple[TestResult, list[TestResult]]:
+def _support(
+    data: PathData, records: Sequence[Sample], alpha: float, design: Design
+) -> tuple[TestResult, list[TestResult]]:
     """The support test (`support_against_rows` in process, the placebo's own its check;
     otherwise `support_vs_placebo`) and the placebo's check, named ``support:pooled``."""
     counts = [(int(np.sum(pits[:, 1] == 0.0)), len(pits)) for pits, _, _ in data.values()]
     if design is not Design.OWN_ROWS:
         result = support_vs_placebo(counts[0], counts[1], alpha=alpha)
         return dataclasses.replace(result, name="support:pooled"), []
-    spec, placebo = (support_against_rows(*c, alpha=alpha) for c in counts)
+    spec, placebo = (
+        support_against_rows(*c, alpha=alpha, far=_far(records, path))
+        for c, path in zip(counts, data, strict=True)
+    )
     return dataclasses.replace(spec, name="support:pooled"), [
         dataclasses.replace(placebo, name="support:pooled")
     ]
+
+
+def _far(records: Sequence[Sample], path: str) -> tuple[int, int] | None:
+    """A path's tokens outside the chain's support beyond rounding, and the tokens of the
+    records that count them (files written before equiv did, typical-p: not); None where none
+    does."""
+    counted = [r.path(path) for r in records if r.path(path).far_outside is not None]
+    if not counted:
+        return None
+    beyond = sum(len(p.far_outside or ()) for p in counted)
+    return beyond, sum(len(p.pits.get("chain_pit", ())) for p in counted)
 
 
 def _carriers(
@@ -341,7 +311,7 @@ def pool(
     # Each path's tokens once, for the support test and the bounds (speculative first).
     data = {path: tokens_of(records, path, key) for path in ("speculative", "baseline")}
     tops = {path: top_derivatives(records, path, key) for path in data}
-    support, support_check = _support(data, alpha, design)
+    support, support_check = _support(data, records, alpha, design)
     tests.append(support)
     checks += support_check
     return PooledAnalysis(

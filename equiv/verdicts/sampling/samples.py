@@ -7,7 +7,8 @@ PIT entries under one instrument or another (``chain_pit``, ``target_pit``, ``ba
 ``reported_pit``: only the tokens whose row a server reported sampling from, at
 ``reported_positions``), the sensitivities beside them (``chain_sensitivity``, ...), a
 rejection sampler's judgements (``acceptance``: ``[a, accepted, q(x)]`` per judged draft
-token), a failed re-scoring (``rescore_error``). `Sample.from_dict` reads them from the record
+token), in process the positions outside the chain's support beyond rounding (``chain_far``),
+a failed re-scoring (``rescore_error``). `Sample.from_dict` reads them from the record
 as the file holds it (a JSON boundary: what it does not know it leaves); the tests of
 `equiv.verdicts.sampling.pit_tests` and `equiv.verdicts.sampling.prompt_analysis` read the
 typed sample. A key that is present with no
@@ -77,6 +78,10 @@ class PathSample:
     #: The token indices of ``reported_pit``'s entries; None in files written before equiv
     #: recorded them.
     reported_positions: tuple[int, ...] | None = None
+    #: In process, the token indices outside the chain's support beyond rounding
+    #: (`equiv.verdicts.sampling.support.far_outside`, ``chain_far``); None where the record
+    #: holds none (over HTTP, or files written before equiv counted them).
+    far_outside: tuple[int, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: JSONObject) -> PathSample:
@@ -85,6 +90,7 @@ class PathSample:
         rule = data.get("rule_score")
         error = data.get("rescore_error")
         positions = data.get("reported_positions")
+        far = data.get("chain_far")
         return cls(
             tokens=tuple(json_int(t) for t in json_list(data["tokens"])),
             pits={k: _read_entries(data[k]) for k in _PITS if k in data},
@@ -96,6 +102,7 @@ class PathSample:
             reported_positions=(
                 None if positions is None else tuple(json_int(i) for i in json_list(positions))
             ),
+            far_outside=None if far is None else tuple(json_int(i) for i in json_list(far)),
         )
 
     def scored(self, key: str, evidence: TokenEvidence) -> PathSample:

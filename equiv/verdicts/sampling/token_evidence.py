@@ -66,6 +66,7 @@ class PathEvidence(TypedDict, total=False):
     chain_pit: list[list[float]]
     chain_sensitivity: list[float]
     chain_score: list[list[float]]
+    chain_far: list[int]
     reported_pit: list[list[float]]
     reported_sensitivity: list[float]
     reported_score: list[list[float]]

@@ -24,13 +24,10 @@ from equiv.verdicts.sampling.fidelity import EXACT_TV, Fidelity
 from equiv.verdicts.sampling.pit_tests import pit_seed, tokens_of, top_derivatives
 from equiv.verdicts.sampling.placebo import quasi_tempering
 from equiv.verdicts.sampling.pooled import (
-    SUPPORT_TOLERANCE,
     Design,
     PooledAnalysis,
     is_reported,
     pool,
-    support_against_rows,
-    support_vs_placebo,
 )
 from equiv.verdicts.sampling.pooled_bounds import MARGINS, Bound, Effect, calibrated
 from equiv.verdicts.sampling.run_batched import RunBatched
@@ -40,6 +37,11 @@ from equiv.verdicts.sampling.run_verdict import (
     judge_run,
 )
 from equiv.verdicts.sampling.samples import PathSample, Sample
+from equiv.verdicts.sampling.support import (
+    FAR_TOLERANCE,
+    SUPPORT_TOLERANCE,
+    support_vs_placebo,
+)
 from equiv.verdicts.stats import randomized_pit
 
 SAMPLING = SamplingConfig(temp=0.8)
@@ -138,18 +140,35 @@ def test_in_process_the_speculative_samples_meet_their_own_rows_and_the_placebo_
 
 def test_in_process_a_few_tokens_outside_the_chains_support_are_a_sampler_bug():
     """Under the very rows a path sampled from, a token its chain cannot emit is the sampler's
-    (or, within `SUPPORT_TOLERANCE`, the instrument's): a handful convicts, where comparing
-    the count with the placebo's needs about ten."""
-    judged = judge_run(simulate(2, 8, "outside"), Counter(), alpha=ALPHA, has_logits=True)
+    (or, within `SUPPORT_TOLERANCE` and only at a cut-off, the instrument's): one beyond
+    rounding convicts, where comparing the count with the placebo's needs about ten."""
+    run = simulate(2, 8, "outside")
+    judged = judge_run(run, Counter(), alpha=ALPHA, has_logits=True)
     support = next(t for t in judged.pooled.tests if t.kind == "support")
     outside, tokens = int(support.statistic), support.n
-    assert 1 <= outside <= 12
-    assert support.p_value == pytest.approx(sps.binom.sf(outside - 1, tokens, SUPPORT_TOLERANCE))
+    far = sum(len(s.speculative.far_outside) for samples in run.values() for s in samples)
+    assert 1 <= far <= outside <= 12
+    count = sps.binom.sf(outside - 1, tokens, SUPPORT_TOLERANCE)
+    beyond = sps.binom.sf(far - 1, tokens, FAR_TOLERANCE)
+    assert support.p_value == pytest.approx(2 * min(count, beyond))
+    assert f"{far} of them beyond rounding" in support.detail
     assert support.p_adjusted < ALPHA
     versus = support_vs_placebo((outside, tokens), (0, tokens), alpha=ALPHA)
     assert versus.p_value == pytest.approx(0.5**outside)
     assert judged.verdict.label is Label.SAMPLER_BUG, judged.verdict.reason
     assert not judged.pooled.instrument_rejected()
+    # a file written before equiv counted them: the count alone, as then
+    uncounted = {
+        key: [dataclasses.replace(s.speculative, far_outside=None) for s in v]
+        for key, v in run.items()
+    }
+    older = {
+        key: [s.with_path("speculative", u) for s, u in zip(run[key], v, strict=True)]
+        for key, v in uncounted.items()
+    }
+    judged = judge_run(older, Counter(), alpha=ALPHA, has_logits=True)
+    support = next(t for t in judged.pooled.tests if t.kind == "support")
+    assert support.p_value == pytest.approx(count)
 
 
 def test_a_placebo_outside_its_own_support_breaks_the_instrument_not_the_deployment():
@@ -157,13 +176,6 @@ def test_a_placebo_outside_its_own_support_breaks_the_instrument_not_the_deploym
     judged = judge_run(run, Counter(), alpha=ALPHA, has_logits=True)
     assert [t.kind for t in judged.pooled.instrument_rejected()] == ["support"]
     assert judged.verdict.label is Label.INCONCLUSIVE, judged.verdict.reason
-
-
-def test_the_support_test_against_rows_is_the_binomial_at_the_tolerance():
-    assert support_against_rows(0, 500, alpha=ALPHA).p_value == 1.0
-    p_two = support_against_rows(2, 500, alpha=ALPHA, tolerance=0.001).p_value
-    assert p_two == pytest.approx(1 - 0.999**500 - 500 * 0.001 * 0.999**499)
-    assert support_against_rows(0, 0, alpha=ALPHA).p_value == 1.0
 
 
 def test_an_instrument_the_placebo_fails_is_inconclusive_never_a_sampler_bug():
@@ -371,15 +383,6 @@ def test_the_temperature_bound_weighs_the_top_token_where_the_records_allow():
         return bound.high - bound.low
 
     assert width(run) < 0.75 * width(_without_top_derivatives(run))
-
-
-def test_support_violations_are_an_exact_test_of_the_two_paths_counts():
-    assert support_vs_placebo((0, 4000), (0, 4000), alpha=ALPHA).p_value == 1.0
-    five = support_vs_placebo((5, 4000), (0, 4000), alpha=ALPHA)
-    assert five.p_value == pytest.approx(0.5**5)  # all 5 on one path of two equal halves
-    assert not five.rejects  # 0.031 > 0.005
-    assert support_vs_placebo((12, 4000), (0, 4000), alpha=ALPHA).rejects
-    assert not support_vs_placebo((0, 4000), (12, 4000), alpha=ALPHA).rejects  # one-sided
 
 
 def test_one_seed_a_prompt_is_inconclusive_not_an_error(placebo_run):
