@@ -33,7 +33,7 @@ def main() -> None:
                 counts[path][2] += len(p.far_outside or ())
                 counts[path][3] += p.far_outside is None and bool(pits)
     for path, (tokens, outside, far, older) in counts.items():
-        note = f" ({older} samples written before equiv counted them)" if older else ""
+        note = f" ({older} samples not counted: typical-p, or written before)" if older else ""
         print(
             f"{path}: {tokens} tokens, {outside} outside the chain's support, {far} beyond "
             f"rounding{note}"

@@ -248,10 +248,10 @@ def _far(records: Sequence[Sample], path: str) -> tuple[int, int] | None:
     records that count them (files written before equiv did, typical-p: not); None where none
     does."""
     counted = [r.path(path) for r in records if r.path(path).far_outside is not None]
-    if not counted:
+    tokens = sum(len(p.pits.get("chain_pit", ())) for p in counted)
+    if not tokens:
         return None
-    beyond = sum(len(p.far_outside or ()) for p in counted)
-    return beyond, sum(len(p.pits.get("chain_pit", ())) for p in counted)
+    return sum(len(p.far_outside or ()) for p in counted), tokens
 
 
 def _carriers(
@@ -297,7 +297,9 @@ def pool(
     sample: half the variance of a comparison with the placebo), and the placebo's samples by
     the same tests judge the instrument (equiv's chain recomputed from those rows against the
     engine's own sampler). Otherwise the speculative samples are compared with the placebo's
-    (`Design.VS_PLACEBO`). The support test is a comparison with the placebo in all designs."""
+    (`Design.VS_PLACEBO`). The support test is one-sample in process (the count, and the count
+    beyond rounding: `equiv.verdicts.sampling.support`), a comparison with the placebo's count
+    otherwise."""
     key = "chain_pit" if has_logits else "target_pit"
     level = alpha if bound_alpha is None else bound_alpha
     pooled = {p: s for p, s in by_prompt.items() if s and len(pipeline(s, has_logits)) == 2}

@@ -6,7 +6,7 @@ unless equiv's chain, recomputed from those logits, misplaces a token at a cut-o
 Two counts tell the two apart:
 
 - every token outside the support, tested against the instrument's tolerance for rounding
-  (`SUPPORT_TOLERANCE` a token, measured);
+  (`SUPPORT_TOLERANCE` a token, 6 times a measured bound);
 - the tokens outside by more than any rounding (`beyond_rounding`: still outside when top-p
   is loosened by `MASS_SLACK` and the token's own logit raised by `LOGIT_SLACK`), which a
   correct sampler cannot emit at all under those rows: tested against `FAR_TOLERANCE`, so that
@@ -15,8 +15,10 @@ Two counts tell the two apart:
 
 The support test takes the smaller p-value of the two, doubled (Bonferroni); the placebo's
 counts take the same test as the instrument's check, and a chain that is not the engine's puts
-the placebo's tokens outside too. Over HTTP, where re-scored rows are not the rows sampled from,
-the two paths' counts are compared (`support_vs_placebo`).
+the placebo's tokens outside too (the far count's level rests on equiv's chain being the
+engine's, which that check and the placebo runs of docs/verdicts.md measure). Over HTTP,
+where re-scored rows are not the rows sampled from, the two paths' counts are compared
+(`support_vs_placebo`).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ MASS_SLACK = 2e-2
 #: placebo's tokens outside as well, where the instrument's check sees it. A stated allowance,
 #: not a measurement (what was measured, none outside at all in 180,703 tokens and 12,284 under
 #: tight cut-offs and a penalty, bounds the count: docs/verdicts.md), so that a p-value is a
-#: number: one such token in n gives p = n x 1e-6.
+#: number: one such token in n gives p = n x 1e-6 (2 n x 1e-6 once doubled).
 FAR_TOLERANCE = 1e-6
 
 

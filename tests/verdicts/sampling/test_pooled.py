@@ -169,6 +169,20 @@ def test_in_process_a_few_tokens_outside_the_chains_support_are_a_sampler_bug():
     judged = judge_run(older, Counter(), alpha=ALPHA, has_logits=True)
     support = next(t for t in judged.pooled.tests if t.kind == "support")
     assert support.p_value == pytest.approx(count)
+    # older records beside newer (a resumed run): the far count over the newer ones' tokens
+    mixed = {key: [*older[key][:4], *run[key][4:]] for key in run}
+    newer = [s.speculative for v in mixed.values() for s in v if s.speculative.far_outside]
+    beyond = sum(len(p.far_outside or ()) for p in newer)
+    counted = sum(
+        len(s.speculative.tokens)
+        for v in mixed.values()
+        for s in v
+        if s.speculative.far_outside is not None
+    )
+    judged = judge_run(mixed, Counter(), alpha=ALPHA, has_logits=True)
+    support = next(t for t in judged.pooled.tests if t.kind == "support")
+    assert f"{beyond} of them beyond rounding, of {counted} tokens counted" in support.detail
+    assert counted < tokens
 
 
 def test_a_placebo_outside_its_own_support_breaks_the_instrument_not_the_deployment():
