@@ -70,6 +70,7 @@ from equiv.run.runner import Runner
 from equiv.verdicts.sampling.prompt_analysis import analyze
 from equiv.verdicts.sampling.run_verdict import POOLED_SHARE, judge_run
 from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.support import outside
 from equiv.verdicts.sampling.verdict import classify_sampling
 
 ENGINES = [
@@ -274,15 +275,15 @@ def _beyond_rounding(pools: dict[str, list[Sample]]) -> str:
     """How many of the pool's speculative tokens lie outside the chain's support, and how many
     of those beyond rounding (what the support test counts against 1e-6)."""
     spec = [s.speculative for pool in pools.values() for s in pool]
-    outside = sum(entry[1] == 0.0 for p in spec for entry in p.pits["chain_pit"])
+    out = sum(int(outside(p.pits["chain_pit"]).sum()) for p in spec)
     far = sum(len(p.far_outside or ()) for p in spec)
-    return f"{far} of {outside} outside beyond rounding"
+    return f"{far} of {out} outside beyond rounding"
 
 
 def _impossible(sample: Sample) -> bool:
     """Whether the speculative sample holds a token its chain cannot emit under the rows it
     sampled from (the reference engine samples with equiv's chain: exactly, not by rounding)."""
-    return any(entry[1] == 0.0 for entry in sample.speculative.pits["chain_pit"])
+    return bool(outside(sample.speculative.pits["chain_pit"]).any())
 
 
 def pooled_needed(pools: dict[str, list[Sample]], rng: np.random.Generator, reps: int) -> str:

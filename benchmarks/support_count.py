@@ -13,6 +13,7 @@ from equiv.config import Mode
 from equiv.records import PATHS
 from equiv.records.file import ResultsFile
 from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.support import outside
 
 
 def main() -> None:
@@ -29,13 +30,13 @@ def main() -> None:
                 p = sample.path(path)
                 pits = p.pits.get("chain_pit", ())
                 counts[path][0] += len(pits)
-                counts[path][1] += sum(entry[1] == 0.0 for entry in pits)
+                counts[path][1] += int(outside(pits).sum())
                 counts[path][2] += len(p.far_outside or ())
                 counts[path][3] += p.far_outside is None and bool(pits)
-    for path, (tokens, outside, far, older) in counts.items():
+    for path, (tokens, out, far, older) in counts.items():
         note = f" ({older} samples not counted: typical-p, or written before)" if older else ""
         print(
-            f"{path}: {tokens} tokens, {outside} outside the chain's support, {far} beyond "
+            f"{path}: {tokens} tokens, {out} outside the chain's support, {far} beyond "
             f"rounding{note}"
         )
 

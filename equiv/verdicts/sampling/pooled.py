@@ -63,8 +63,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from equiv.json_types import JSONDict, JSONObject
 from equiv.records import PATHS
 from equiv.records.codec import OMIT, decode, encode
@@ -85,7 +83,7 @@ from equiv.verdicts.sampling.pooled_bounds import Bound, PathData
 from equiv.verdicts.sampling.pooled_bounds import bounds as bounds_of
 from equiv.verdicts.sampling.rule_scores import rule_tests
 from equiv.verdicts.sampling.samples import Sample
-from equiv.verdicts.sampling.support import support_against_rows, support_vs_placebo
+from equiv.verdicts.sampling.support import outside, support_against_rows, support_vs_placebo
 from equiv.verdicts.stats import TestResult
 
 __all__ = [
@@ -230,7 +228,7 @@ def _support(
 ) -> tuple[TestResult, list[TestResult]]:
     """The support test (`support_against_rows` in process, the placebo's own its check;
     otherwise `support_vs_placebo`) and the placebo's check, named ``support:pooled``."""
-    counts = [(int(np.sum(pits[:, 1] == 0.0)), len(pits)) for pits, _, _ in data.values()]
+    counts = [(int(outside(pits).sum()), len(pits)) for pits, _, _ in data.values()]
     if design is not Design.OWN_ROWS:
         result = support_vs_placebo(counts[0], counts[1], alpha=alpha)
         return dataclasses.replace(result, name="support:pooled"), []

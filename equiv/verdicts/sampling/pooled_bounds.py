@@ -25,6 +25,7 @@ from equiv.verdicts.sampling.placebo import (
     tempering_residuals,
 )
 from equiv.verdicts.sampling.samples import Sample
+from equiv.verdicts.sampling.support import outside
 from equiv.verdicts.sampling.token_evidence import TEMPERATURE_MARGIN
 from equiv.verdicts.stats import randomized_pit
 
@@ -245,7 +246,7 @@ def bounds(
     if temperature is not None:
         out.append(temperature)
     (ps, _, _), (pb, _, _) = data.values()
-    a, b = int(np.sum(ps[:, 1] == 0.0)), int(np.sum(pb[:, 1] == 0.0))
+    a, b = int(outside(ps).sum()), int(outside(pb).sum())
     lo_s, hi_s = clopper_pearson(a, len(ps), alpha / 2)
     lo_b, hi_b = (0.0, 0.0) if own_rows else clopper_pearson(b, len(pb), alpha / 2)
     support = a / len(ps) - (0.0 if own_rows else b / len(pb))

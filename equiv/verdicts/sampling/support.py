@@ -42,6 +42,7 @@ __all__ = [
     "SUPPORT_TOLERANCE",
     "beyond_rounding",
     "far_outside",
+    "outside",
     "support_against_rows",
     "support_vs_placebo",
 ]
@@ -67,6 +68,13 @@ MASS_SLACK = 2e-2
 #: tight cut-offs and a penalty, bounds the count: docs/verdicts.md), so that a p-value is a
 #: number: one such token in n gives p = n x 1e-6 (2 n x 1e-6 once doubled).
 FAR_TOLERANCE = 1e-6
+
+
+def outside(pits: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """Which of these PIT entries' tokens lie outside the chain's support: probability 0 (the
+    entry's second number; `equiv.verdicts.sampling.token_evidence`)."""
+    mask: npt.NDArray[np.bool_] = np.asarray(pits, dtype=np.float64).reshape(-1, 3)[:, 1] == 0.0
+    return mask
 
 
 def beyond_rounding(
@@ -97,11 +105,8 @@ def far_outside(
     tightens top-p or min-p, so no loosening bounds what rounding does there."""
     if sampling.typical_p < 1.0:
         return None
-    return [
-        i
-        for i, entry in enumerate(pits)
-        if entry[1] == 0.0 and beyond_rounding(rows[i], tokens[:i], int(tokens[i]), sampling)
-    ]
+    at = [int(i) for i in np.flatnonzero(outside(pits))]
+    return [i for i in at if beyond_rounding(rows[i], tokens[:i], int(tokens[i]), sampling)]
 
 
 def support_vs_placebo(
