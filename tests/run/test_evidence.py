@@ -168,3 +168,19 @@ def test_a_server_baselines_reported_evidence_is_its_chain_evidence_at_those_pos
     assert path["reported_positions"] == direct.positions == [0, 1, 2, 3]
     assert path["reported_pit"] == direct.evidence.pits == path["chain_pit"]
     assert path["reported_score"] == direct.evidence.scores
+
+
+@pytest.mark.parametrize(("typical_p", "recorded"), [(1.0, True), (0.9, False)])
+def test_tokens_beyond_rounding_are_recorded_only_where_loosening_the_chain_is_sound(
+    typical_p, recorded
+):
+    """In process the rows a path sampled from are at hand, and a token far outside the chain's
+    support is recorded (`chain_far`); under typical-p, where loosening a cut-off can tighten
+    another, nothing is (`equiv.verdicts.sampling.support.far_outside`)."""
+    sampling = dataclasses.replace(CONFIG.sampling, top_k=2, typical_p=typical_p)
+    config = dataclasses.replace(CONFIG, sampling=sampling)
+    rows = np.tile(np.arange(VOCAB, dtype=np.float32)[::-1] * 2.0, (3, 1))  # 0 likeliest
+    gen = dataclasses.replace(_generation("speculative", (0, 7, 1)), logits=rows)
+    out = Evidence(Plain(), Plain("speculative"), config)._own_rows(gen, "speculative")
+    assert "chain_pit" in out
+    assert (out.get("chain_far") == [1]) if recorded else ("chain_far" not in out), out
