@@ -14,7 +14,10 @@ the faulty one f and the draft's q are kept. Then, with no further sampling:
   test's), and the two other scores of `equiv.verdicts.sampling.rule_scores` (their own
   p-values are bets; here their sums):
   ``relaxed`` (``out_top2(x) / p(x) - 1``) and ``draft_temp`` (the derivative in the exponent of
-  the verifier's draft row);
+  the verifier's draft row); and ``draft_temp_pit``, a fixed-sample test of that direction whose
+  increments stay Gaussian: the normal scores ``Φ⁻¹(u)`` of the randomized PIT with each row's
+  tokens ranked by ``draft_temp``, weighed by ``c = d/dk E_k[Φ⁻¹(u)]`` (as the pooled
+  ``temperature`` test weighs its own; exact moments of the truncated normal, no sampling);
 - **the tilt's share of the limit**: the best exponential tilt ``p(x) exp(θ·φ(x)) / Z`` of every
   row with features φ = (log p, the ranks 1-3, log q/p), one θ for all positions, fitted with
   f known (an oracle: no detector learns θ for free). Its per-token growth over KL(f || p) is
@@ -44,6 +47,7 @@ from equiv.verdicts.sampling.rule_scores import score_rows
 FloatArray = npt.NDArray[np.float64]
 SCORES = ("top", "temp", "leak")
 RULE_SCORES = ("relaxed", "draft_temp")
+PIT = "draft_temp_pit"
 
 
 class Positions(Moments):
@@ -87,19 +91,45 @@ def rule_scores(p: FloatArray, q: FloatArray) -> dict[str, FloatArray]:
     return dict(zip(RULE_SCORES, (relaxed, draft_temp), strict=True))
 
 
+def pit_moments(p: FloatArray, q: FloatArray) -> tuple[float, FloatArray, FloatArray]:
+    """``draft_temp_pit`` at one position: the weight c, and each token's ``E[Φ⁻¹(u) | x]`` and
+    ``E[Φ⁻¹(u)² | x]`` over its interval of u, the tokens ranked by ``draft_temp``."""
+    live = p > 0
+    pl, s = p[live], score_rows(p, q)[2][live]
+    order = np.argsort(s, kind="stable")
+    edges = np.clip(np.concatenate([[0.0], np.cumsum(pl[order])]), 0.0, 1.0)
+    z = sps.norm.ppf(edges)
+    dens = sps.norm.pdf(z)
+    with np.errstate(invalid="ignore"):  # z = ±inf at the ends, where z φ(z) is 0
+        zd = np.where(np.isfinite(z), z * dens, 0.0)
+    width = np.where(np.diff(edges) > 0, np.diff(edges), 1.0)
+    first, second = np.zeros(p.size), np.ones(p.size)
+    at = np.flatnonzero(live)[order]
+    first[at] = (dens[:-1] - dens[1:]) / width
+    second[at] = 1.0 + (zd[:-1] - zd[1:]) / width
+    return float(p[live] @ (first[live] * s)), first, second
+
+
 def fixed_sample_tokens(positions: Positions, name: str) -> float:
     """Tokens for power `POWER` at `ALPHA` of the one-sided sum test of score ``name``."""
     m0: list[float] = []
     v0: list[float] = []
     m1: list[float] = []
     v1: list[float] = []
-    rule = name in RULE_SCORES
+    rule = name in (*RULE_SCORES, PIT)
     for kept in positions.union if rule else positions.kept:
         if kept is None:
             for values in (m0, v0, m1, v1):
                 values.append(0.0)
             continue
         p, f, q = kept
+        if name == PIT:
+            c, first, second = pit_moments(p, q)
+            for m, v, w in ((m0, v0, p), (m1, v1, f)):
+                mean = float(w @ first)
+                m.append(c * mean)
+                v.append(c * c * (float(w @ second) - mean**2))
+            continue
         s = (rule_scores if rule else scores)(p, q)[name]
         for m, v, w in ((m0, v0, p), (m1, v1, f)):
             mean = float(w @ s)
@@ -144,9 +174,10 @@ def main() -> None:
     args = parser.parse_args()
     keys = args.prompts.split(",")
     print(f"{len(keys)} prompts, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
-    cols = " | ".join(f"`{s}` (ratio)" for s in SCORES + RULE_SCORES)
+    names = (*SCORES, *RULE_SCORES, PIT)
+    cols = " | ".join(f"`{s}` (ratio)" for s in names)
     print(f"| engine | positions | Neyman-Pearson limit | {cols} | oracle tilt / KL | time |")
-    print("| --- | --- | --- | " + "--- | " * len(SCORES + RULE_SCORES) + "--- | --- |")
+    print("| --- | --- | --- | " + "--- | " * len(names) + "--- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for engine in args.engines.split(","):
             t0 = time.perf_counter()
@@ -154,7 +185,7 @@ def main() -> None:
             sample_pools(engine, keys, args.seeds, args.max_tokens, Path(tmp), positions)
             limit, _ = positions.limit()
             each = []
-            for name in SCORES + RULE_SCORES:
+            for name in names:
                 n = fixed_sample_tokens(positions, name)
                 each.append(f"{n:.0f} ({n / limit:.1f}x)")
             growth, kl = tilt_share(positions)
