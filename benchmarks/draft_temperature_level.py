@@ -1,15 +1,13 @@
-"""The ``draft-temperature`` test's level on correct runs (issue 32): its normal scores are
-exactly N(0, 1) under p, but its weights depend on the rows (`equiv.verdicts.sampling.
-rule_scores`), so its level is measured here, at the levels a run tests it at (the pooled
-tests' first Holm step, 7.1e-4, and an early look's share of it) and where a plain sum of the
-scores fails.
+"""The ``draft-temperature`` test's level on correct runs (issue 32): its p-value is a normal
+approximation (`equiv.verdicts.sampling.rule_scores`), so its level is measured here, in the
+regimes where the approximation could fail.
 
 Rows as a rejection sampler meets them: a target row p (logits N(0, 2.5) over 24 tokens) and a
 draft row q near it (noisy logits at temperature 0.8, cut below 2 % of its top, as min-p cuts),
 plus, with ``--certain``, rows near certainty whose rare token (probability 1e-5) scores about
 a hundred of the row's standard deviations. A correct run draws every token from p. Each run
-is one test; the table gives the rejections against the number expected, and the runs with
-too little information to judge (Σc² < 1).
+is one test at each level; the table gives the rejections against the number expected, and how
+many runs summed the score at some positions (the rest took the normal scores everywhere).
 
     python benchmarks/draft_temperature_level.py
 """
@@ -28,12 +26,11 @@ FloatArray = npt.NDArray[np.float64]
 VOCAB = 24
 #: (positions a run, rows near certainty a run, runs, alpha)
 DESIGNS = (
-    (50, 0, 20000, 0.01),
-    (400, 0, 20000, 0.01),
-    (400, 0, 50000, 7.1e-4),
-    (400, 0, 200000, 1.2e-4),
-    (10, 4000, 5000, 0.01),
-    (100, 4000, 50000, 7.1e-4),
+    (150, 0, 5000, 0.01),
+    (400, 0, 5000, 0.01),
+    (400, 0, 20000, 0.001),
+    (10, 4000, 2000, 0.01),
+    (200, 4000, 2000, 0.01),
 )
 
 
@@ -60,10 +57,10 @@ def main() -> None:
     certain = np.asarray(
         [position_scores(near, np.asarray([0.999, 1e-3 - 1e-12, 1e-12]), x)[column] for x in (0, 1)]
     )
-    print("| positions | rows near certainty | runs | alpha | rejections | expected | not judged |")
+    print("| positions | rows near certainty | runs | alpha | rejections | expected | summed |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for n, n_certain, runs, alpha in DESIGNS:
-        hits = unjudged = 0
+        hits = summed = 0
         for _ in range(runs):
             which = rng.integers(0, args.rows, n)
             tokens = np.minimum((cum[which] < rng.random((n, 1))).sum(axis=1), VOCAB - 1)
@@ -71,9 +68,8 @@ def main() -> None:
             entries = np.concatenate([every[which, tokens], certain[rare_draws]])
             result = score_test(entries, alpha, rng)
             hits += result.rejects
-            unjudged += "not enough" in result.detail
-        expected = f"{runs * alpha:g}"
-        print(f"| {n} | {n_certain} | {runs} | {alpha:g} | {hits} | {expected} | {unjudged} |")
+            summed += "the score at 0 positions" not in result.detail
+        print(f"| {n} | {n_certain} | {runs} | {alpha:g} | {hits} | {runs * alpha:g} | {summed} |")
     print(f"{time.perf_counter() - start:.0f} s")
 
 

@@ -9,7 +9,8 @@ judged position, what the test reads (`equiv.verdicts.sampling.rule_scores.tempe
 Then, with no further sampling, over ``--reps`` random subsets a size, the test
 (`equiv.verdicts.sampling.rule_scores.score_test`, its PITs randomized afresh each subset) at
 the pooled tests' level (alpha times `POOLED_SHARE`, Holm's first step over the seven tests)
-and at alpha itself.
+and at alpha itself; and how many subsets summed the score at some positions (a subset whose
+scores' Lyapunov ratio is above its cap takes the normal scores everywhere).
 
     python benchmarks/draft_temperature_power.py --reps 400
 """
@@ -64,22 +65,23 @@ def main() -> None:
     )
     levels = {"the pooled level": ALPHA * POOLED_SHARE / POOLED_TESTS, "alpha": ALPHA}
     names = " | ".join(f"power at {name} ({level:.2g})" for name, level in levels.items())
-    print(f"| samples | tokens | {names} |")
-    print("| --- " * (2 + len(levels)) + "|")
+    print(f"| samples | tokens | {names} | subsets that summed scores |")
+    print("| --- " * (3 + len(levels)) + "|")
     rng = np.random.default_rng(0)
     for size in SIZES:
         if size > len(units):
             break
         hits = np.zeros(len(levels))
-        tokens = 0
+        tokens = summed = 0
         for _ in range(args.reps):
             chosen = [units[j] for j in rng.choice(len(units), size=size, replace=False)]
             tokens += sum(n for n, _ in chosen)
             entries = np.concatenate([e for _, e in chosen])
             result = score_test(entries, ALPHA, rng)  # one randomization, judged at each level
             hits += [result.p_value <= level for level in levels.values()]
+            summed += "the score at 0 positions" not in result.detail
         power = " | ".join(f"{h / args.reps:.3f}" for h in hits)
-        print(f"| {size} | {tokens / args.reps:.0f} | {power} |")
+        print(f"| {size} | {tokens / args.reps:.0f} | {power} | {summed / args.reps:.2f} |")
     print(f"{time.perf_counter() - start:.0f} s")
 
 

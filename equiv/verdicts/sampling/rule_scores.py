@@ -31,21 +31,31 @@ alpha``: the p-value ``min(1, 1 / E)`` holds at every look and for any tails.
 The temperature's output is not linear in k, and its score ``s`` is not bounded below by -1: a
 bet on it had to be capped wherever some token's score was large, and mixing the exact
 likelihood ratios of a grid of k instead paid Ville's price, about 3x the fixed-sample limit
-(benchmarks/README.md). A run's looks are Bonferroni-split already
-(`equiv.verdicts.stats.sequential`), so a look needs a test valid at its own level, not at
-every look. A plain sum of the scores under a normal approximation would not be one: at a row
+(stop 54-55, CHANGELOG). A run's looks are Bonferroni-split already
+(`equiv.verdicts.stats.sequential`), so each look may use a fixed-sample test, and the
+temperature test is the score test ``T = S / sqrt(I)``, two-sided against the standard normal
+(the martingale central limit theorem). A plain sum of the scores would not be one: at a row
 near certainty a token of probability 1e-4 can score a hundred of its row's standard
 deviations, no clipping changes that (a two-point score keeps its shape at any scale), and a
-few such tokens would reject a correct sampler. So the test is built as the pooled
-``temperature`` test is (`equiv.verdicts.stats.one_sample.temperature_test`): each row's tokens
-are ranked by s, the emitted token's randomized PIT ``u`` in that order is exactly U(0, 1) given
-the past under p, and ``T = Σ c Φ⁻¹(u) / sqrt(Σ c²)``, with ``c = d/dk E_k[Φ⁻¹(u)]`` at k = 1
-(the covariance of the token's expected normal score with s under p, fixed before the token is
-drawn), is N(0, 1) by the martingale central limit theorem with Gaussian increments (exactly,
-were the weights fixed in advance), two-sided. A rare token moves T by one Gaussian draw times
-its row's weight. The normal scores keep about two thirds of the score's information
-(`benchmarks/score_efficiency.py`): the price of a normal tail that holds at any level.
+few such tokens would reject a correct sampler. So each position adds, by its row alone
+(before its token is drawn):
 
+- where its score is near-symmetric in the tails, ``ρ = E|s|³ / V^1.5 <= RHO`` under p (a
+  normal's is 1.6, a two-point score at 1e-4 about 100): the score itself, ``s`` to S and its
+  variance ``V`` to I, as long as those positions are many enough that their sum is near
+  normal (Lyapunov's ratio ``Σ ρ V^1.5 / (Σ V)^1.5 <= LYAPUNOV``, about 100 positions or
+  more; below, they too take the normal scores);
+- elsewhere, as the pooled ``temperature`` test does
+  (`equiv.verdicts.stats.one_sample.temperature_test`): the normal score of the token's
+  randomized PIT, the row's tokens ranked by s (exactly N(0, 1) given the past under p),
+  weighed by ``c = d/dk E_k[Φ⁻¹(u)]`` (its covariance with s), ``c Φ⁻¹(u)`` to S and ``c²``
+  to I. A rare token then moves T by one Gaussian draw times a small weight.
+
+Both parts have mean 0 and add ``(k - 1) I`` to S under a draft read at ``1 / k`` times its
+temperature, to first order. The normal scores keep about two thirds of a row's information and
+the score all of it (`benchmarks/score_efficiency.py`), so the score is kept wherever its tails
+allow. The level is a normal approximation's: measured (`benchmarks/pooled_level.py --drafted`,
+the tests), not proven.
 Faults outside these three families are left to the omnibus tests
 (`equiv.verdicts.sampling.pooled`).
 """
@@ -72,6 +82,8 @@ if TYPE_CHECKING:  # samples reads what token_evidence, which scores with this m
 
 __all__ = [
     "BETS",
+    "LYAPUNOV",
+    "RHO",
     "Direction",
     "betting_test",
     "pit_intervals",
@@ -89,13 +101,21 @@ FloatArray = npt.NDArray[np.float64]
 BETS = (1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125)
 #: The finite difference in the exponent k of the draft's row, for its score.
 STEP = 0.01
+#: The temperature test sums the score itself at a position whose score's standardized third
+#: absolute moment ``E|s|³ / V^1.5`` is at most this (a normal's is 1.6), and the normal
+#: scores of its PIT elsewhere (module docstring).
+RHO = 3.0
+#: The most the scores summed may weigh in their third moments, Lyapunov's ratio ``Σ E|s|³ /
+#: (Σ V)^1.5`` (a bound on the sum's skewness): above it, as in a run of few positions, every
+#: position takes the normal scores (module docstring).
+LYAPUNOV = 0.2
 
 
 class Direction(str, enum.Enum):
     """A fault family's test, in the order a record's ``rule_score`` entry holds each one's
     numbers (`width`): for the leak and relaxed tests the token's score s, its variance V under
-    p, and the lowest and highest score over p's support; for the temperature test the token's
-    PIT and weight (`temperature_entry`)."""
+    p, and the lowest and highest score over p's support; for the temperature test its score,
+    and its PIT and weight for the normal scores (`temperature_entry`)."""
 
     DRAFT_LEAK = "draft-leak"
     RELAXED = "relaxed-acceptance"
@@ -106,7 +126,7 @@ class Direction(str, enum.Enum):
 
     @property
     def width(self) -> int:
-        return 3 if self is Direction.DRAFT_TEMPERATURE else 4
+        return 6 if self is Direction.DRAFT_TEMPERATURE else 4
 
     @property
     def columns(self) -> slice:
@@ -136,7 +156,7 @@ def score_rows(p: FloatArray, q: FloatArray) -> tuple[FloatArray, FloatArray, Fl
     """Each `Direction`'s score at every token of one support (p and q over it; 0 where p is
     0): ``q' / p - 1``, ``out_top2 / p - 1``, and the derivative of the wrong-temperature rule's
     output in the exponent k of the draft's row at k = 1, over p (the locally most powerful
-    score for k, whose ranks the temperature test reads: `temperature_entry`)."""
+    score for k; the test clips it, `temperature_scores`)."""
     live = p > 0
     up, down = wrong_temp_rows(p, q, (1.0 + STEP, 1.0 - STEP))
     slope = (up - down) / (2 * STEP)
@@ -159,19 +179,25 @@ def pit_intervals(p: FloatArray, s: FloatArray) -> tuple[FloatArray, FloatArray]
 
 def temperature_entry(p: FloatArray, q: FloatArray, token: int) -> list[float]:
     """The temperature test's numbers at one position (p > 0 at ``token``): the emitted token's
-    ``[mass before, probability]`` with p's support ranked by the temperature's score s
-    (`pit_intervals`), and the weight ``c = Σ p(x) E[Φ⁻¹(u) | x] s(x)`` (module docstring)."""
+    score s (centred: mean exactly 0 under p), its variance V and its standardized third
+    absolute moment ``ρ = E|s|³ / V^1.5`` under p; and for the normal scores the token's
+    ``[mass before, probability]`` (`pit_intervals`) and the weight ``c = Σ p(x) E[Φ⁻¹(u) |
+    x] s(x)`` (module docstring)."""
     live = p > 0
     pl, s = p[live], score_rows(p, q)[2][live]
+    s = s - pl @ s
+    variance = float(pl @ s**2)
+    rho = float(pl @ np.abs(s) ** 3) / variance**1.5 if variance > 0 else math.inf
     lower, mean_z = pit_intervals(pl, s)
     at = int(np.count_nonzero(live[:token]))
-    return [float(lower[at]), float(pl[at]), float(pl @ (mean_z * s))]
+    c = float(pl @ (mean_z * s))
+    return [float(s[at]), variance, min(rho, 1e12), float(lower[at]), float(pl[at]), c]
 
 
 def position_scores(p: FloatArray, q: FloatArray, token: int | None) -> list[float]:
     """One judged position's `Direction` entries (`WIDTH` numbers): p and q over one support,
     ``token`` the emitted one's index in it (None, or p = 0 there: outside the chain's support,
-    which the support test counts; its scores and its temperature weight are 0)."""
+    which the support test counts; its scores are 0 and its temperature weight)."""
     live = p > 0
     at = token if token is not None and live[token] else None
     out: list[float] = []
@@ -180,7 +206,7 @@ def position_scores(p: FloatArray, q: FloatArray, token: int | None) -> list[flo
         score = float(s[at]) if at is not None else 0.0
         out += [score, float(p[live] @ values**2), float(values.min()), float(values.max())]
     # Outside the chain's support: no score, no weight (the support test's to count).
-    out += temperature_entry(p, q, at) if at is not None else [0.0, 1.0, 0.0]
+    out += temperature_entry(p, q, at) if at is not None else [0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
     return [round(x, 12) for x in out]
 
 
@@ -216,24 +242,30 @@ def betting_test(entries: FloatArray, direction: Direction, alpha: float) -> Tes
 
 def score_test(entries: FloatArray, alpha: float, rng: np.random.Generator) -> TestResult:
     """The temperature's test on its entries, the PITs randomized by ``rng`` (module
-    docstring): ``T = Σ c Φ⁻¹(u) / sqrt(Σ c²)``, two-sided; its effect the estimate of ``k -
-    1``, ``T / sqrt(Σ c²)``. Below ``Σ c² = 1`` there is no test, as for the pooled
+    docstring): ``T = S / sqrt(I)`` two-sided, with ``S = Σ s + Σ c Φ⁻¹(u)`` and ``I = Σ V +
+    Σ c²``, the score where ``ρ <= RHO`` (unless those positions' Lyapunov ratio is above
+    `LYAPUNOV`) and the normal scores elsewhere; its effect the estimate of ``k - 1``, ``S /
+    I``. Below ``I = 1`` there is no test, as for the pooled
     ``temperature`` test."""
     name = str(Direction.DRAFT_TEMPERATURE)
     n = int(entries.shape[0])
-    before, width, c = entries.T
+    s, variance, rho, before, width, c = entries.T
     u = np.clip(before + rng.random(n) * width, 1e-16, 1.0 - 1e-16)
-    info = float(c @ c)
+    raw = rho <= RHO
+    third = float(rho[raw] @ variance[raw] ** 1.5)
+    if third > LYAPUNOV * float(variance[raw].sum()) ** 1.5:  # too few to sum: none
+        raw[:] = False
+    total = float(s[raw].sum() + c[~raw] @ stats.norm.ppf(u[~raw]))
+    info = float(variance[raw].sum() + c[~raw] @ c[~raw])
     if info < 1.0:
-        why = f"Σc² = {info:.2f} < 1 over {n} judged positions: rows near certainty, or none"
-        return not_enough(name, alpha, n, why)
-    t = float(c @ stats.norm.ppf(u)) / math.sqrt(info)
-    effect = t / math.sqrt(info)
+        return not_enough(name, alpha, n, f"information {info:.2f} < 1: near-certain positions")
+    t = total / math.sqrt(info)
+    effect = total / info
     detail = (
-        f"{n} judged positions; normal scores of the PIT with each row ranked by the score, "
-        f"weighed by their sensitivity to k (Σc² = {info:.1f}): T = {t:+.2f} (two-sided); "
-        f"the estimate of k - 1, the draft read at 1 / k times its temperature: {effect:+.3f} "
-        f"+- {1 / math.sqrt(info):.3f}"
+        f"{n} judged positions; score test T = {t:+.2f} (two-sided, normal; the score at "
+        f"{int(raw.sum())} positions, the normal scores of its PIT at {n - int(raw.sum())} "
+        f"whose score is skewed); the estimate of k - 1, the draft read at 1 / k times its "
+        f"temperature: {effect:+.3f} +- {1 / math.sqrt(info):.3f}"
     )
     p_value = float(2.0 * stats.norm.sf(abs(t)))
     return TestResult(name, t, p_value, alpha, n, None, None, effect, detail)

@@ -1,6 +1,6 @@
 """The pooled tests aimed at a wrong acceptance rule (`equiv.verdicts.sampling.rule_scores`):
 each score has mean 0 under the target's row, the bets keep their level whatever the scores'
-tails, the temperature's normal scores hold theirs, and a rejection sampler that leaks the draft
+tails, the temperature's score test holds its own, and a rejection sampler that leaks the draft
 (an unclamped residual), relaxes its acceptance or reads a wrong draft temperature is caught by
 its own direction's test, through a run's real evidence (`judgement_evidence`). Seeded numpy
 draws: the same outcomes on every machine."""
@@ -18,12 +18,12 @@ from equiv.engines.acceptance_rules import Rule, output_distribution, wrong_temp
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.rule_scores import (
     BETS,
+    RHO,
     STEP,
     WIDTH,
     Direction,
     betting_test,
     position_scores,
-    score_rows,
     score_test,
 )
 from equiv.verdicts.sampling.run_verdict import judge_run
@@ -88,9 +88,9 @@ def _expected_normal_scores(entries):
 def test_each_factor_is_a_fair_game_under_the_target_row():
     """Every bet's factor is >= 0 at every token and 1 on average under p, whatever the rows (p
     cut to few tokens or one, p equal to q); the linear scores have mean 0 and their stated
-    variance, lowest and highest; the temperature's PIT intervals tile [0, 1] over p's support
-    ranked by the rule's derivative in k over p, and its weight is the derivative in k of the
-    expected normal score under the rule."""
+    variance, lowest and highest; the temperature's score is the rule's derivative in k over p
+    with mean 0 and its stated variance and ρ, its PIT intervals tile [0, 1] over p's support,
+    and its weight is the derivative in k of the expected normal score under the rule."""
     rng = np.random.default_rng(7)
     for _ in range(20):
         for p, q in _edge_rows(rng):
@@ -108,18 +108,21 @@ def test_each_factor_is_a_fair_game_under_the_target_row():
                     assert (1 + bet * s[live]).min() >= -1e-9
                     assert p @ (1 + bet * s) == pytest.approx(1.0, abs=1e-9)
             temp = every[live][:, Direction.DRAFT_TEMPERATURE.columns]
-            order = np.argsort(temp[:, 0])
-            ends = np.concatenate([[0.0], np.cumsum(temp[order, 1])])
-            assert temp[order, 0] == pytest.approx(ends[:-1], abs=1e-9)
-            assert temp[:, 1] == pytest.approx(p[live], abs=1e-12)
-            assert np.ptp(temp[:, 2]) == pytest.approx(0.0, abs=1e-12)  # one weight a row
+            score, variance, rho = temp[:, 0], temp[0, 1], temp[0, 2]
+            assert p[live] @ score == pytest.approx(0.0, abs=1e-9)
+            assert p[live] @ score**2 == pytest.approx(variance, rel=1e-6, abs=1e-12)
+            if variance > 0:
+                assert rho == pytest.approx(p[live] @ np.abs(score) ** 3 / variance**1.5)
+            order = np.argsort(temp[:, 3])
+            ends = np.concatenate([[0.0], np.cumsum(temp[order, 4])])
+            assert temp[order, 3] == pytest.approx(ends[:-1], abs=1e-9)
+            assert temp[:, 4] == pytest.approx(p[live], abs=1e-12)
+            assert np.ptp(temp[:, [1, 2, 5]], axis=0) == pytest.approx(0.0, abs=1e-9)  # a row's
             rows = wrong_temp_rows(p, q, (1 + STEP, 1 - STEP))[:, live]
             slope = (rows[0] - rows[1]) / (2 * STEP)
-            assert slope.sum() == pytest.approx(0.0, abs=1e-9)  # the rule's output stays on p
-            mean_z = _expected_normal_scores(temp[:, :2])
-            assert temp[0, 2] == pytest.approx(slope @ mean_z, abs=1e-6)
-            ranked = (slope / p[live])[order]
-            assert np.all(np.diff(ranked) >= -1e-9)  # ranked by the score
+            assert score == pytest.approx(slope / p[live] - slope @ np.ones(live.sum()), abs=1e-6)
+            mean_z = _expected_normal_scores(temp[:, 3:5])
+            assert temp[0, 5] == pytest.approx(slope @ mean_z, abs=1e-6)
 
 
 def test_wrong_temp_rows_is_the_rules_output_distribution():
@@ -155,9 +158,11 @@ def test_a_rare_token_at_a_certain_row_moves_the_temperature_test_by_one_gaussia
     assert abs(score[1]) / np.sqrt(p[:2] @ score**2) > 50  # what the sum would have moved by
 
 
-def test_the_temperature_test_rejects_correct_runs_at_its_level_neither_more_nor_less():
+def test_the_temperature_test_sums_the_scores_of_long_runs_and_keeps_its_level():
     """1,000 correct runs of 600 positions (rows redrawn from 100, each token from its row) at
-    alpha 0.05: 50 expected, under 30 or over 72 each with probability under 0.001."""
+    alpha 0.05: long enough that the scores of the rows whose tails allow it are summed, and
+    the test rejects about alpha: 50 expected, under 30 or over 72 each with probability under
+    0.001."""
     column = Direction.DRAFT_TEMPERATURE.columns
     rng = np.random.default_rng(23)
     rows = [_rows(rng) for _ in range(100)]
@@ -168,49 +173,38 @@ def test_the_temperature_test_rejects_correct_runs_at_its_level_neither_more_nor
         which = rng.integers(0, 100, 600)
         tokens = np.minimum((cum[which] < rng.random((600, 1))).sum(axis=1), VOCAB - 1)
         entries = np.stack(every)[which, tokens]
-        hits += score_test(entries, 0.05, rng).rejects
+        result = score_test(entries, 0.05, rng)
+        assert "the score at 0 positions" not in result.detail, result.detail
+        hits += result.rejects
     assert 30 <= hits <= 72, hits
-
-
-def _pit_and_score(p, q):
-    """Each token's temperature entries, and its score and the score's variance under p (what
-    a plain sum of the scores would read)."""
-    column = Direction.DRAFT_TEMPERATURE.columns
-    live = np.flatnonzero(p > 0)
-    s = score_rows(p, q)[2]
-    pit = np.asarray([position_scores(p, q, x)[column] for x in live])
-    return live, pit, np.stack([s[live], np.full(live.size, p @ s**2)], axis=1)
 
 
 def test_runs_of_rows_near_certainty_keep_the_level_where_a_sum_of_scores_would_not():
     """1,000 correct runs of 10 ordinary positions and 4,000 rows near certainty, whose rare
     token (probability 1e-5) scores about 7 against a spread of 0.02: a sum of the scores
     rejects whenever one rare token is drawn with the ordinary positions leaning its way (about
-    3 % of runs at alpha 0.01); the test, whose normal scores give such a row little weight,
-    about alpha (10 expected; 23 or more has probability under 0.001) in the runs it can judge
-    (most: 10 ordinary rows carry Σc² of about 2)."""
+    3 % of runs at alpha 0.01); the test, which takes the normal scores of such rows, about
+    alpha (10 expected; 23 or more has probability under 0.001)."""
+    column = Direction.DRAFT_TEMPERATURE.columns
     rng = np.random.default_rng(17)
     ordinary = []
     for _ in range(100):
         p, q = _rows(rng)
-        ordinary.append((p, *_pit_and_score(p, q)))
+        ordinary.append((p, np.asarray([position_scores(p, q, x)[column] for x in range(VOCAB)])))
     p = np.asarray([1 - 1e-5, 1e-5, 0.0])
-    _, certain, certain_score = _pit_and_score(p, np.asarray([0.999, 1e-3 - 1e-12, 1e-12]))
-    hits = summed = judged = 0
+    q = np.asarray([0.999, 1e-3 - 1e-12, 1e-12])
+    certain = np.asarray([position_scores(p, q, x)[column] for x in (0, 1)])
+    assert certain[0, 2] > RHO  # skewed: the normal scores
+    hits = summed = 0
     for _ in range(1000):
-        rare = (rng.random(4000) < p[1]).astype(int)
-        pits, scores = [certain[rare]], [certain_score[rare]]
+        run = [certain[(rng.random(4000) < p[1]).astype(int)]]
         for i in rng.integers(0, 100, 10):
-            row, live, pit, score = ordinary[i]
-            x = rng.choice(live.size, p=row[live])
-            pits.append(pit[[x]])
-            scores.append(score[[x]])
-        result = score_test(np.concatenate(pits), 0.01, rng)
-        judged += result.p_value is not None and "not enough" not in result.detail
-        hits += result.rejects
-        raw = np.concatenate(scores)
-        summed += 2 * stats.norm.sf(abs(raw[:, 0].sum()) / np.sqrt(raw[:, 1].sum())) < 0.01
-    assert judged >= 600, judged
+            row, entries = ordinary[i]
+            run.append(entries[[rng.choice(VOCAB, p=row)]])
+        entries = np.concatenate(run)
+        hits += score_test(entries, 0.01, rng).rejects
+        z = entries[:, 0].sum() / np.sqrt(entries[:, 1].sum())
+        summed += 2 * stats.norm.sf(abs(z)) < 0.01
     assert hits <= 22, hits
     assert summed >= 20, summed
 
