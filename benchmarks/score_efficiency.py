@@ -14,12 +14,10 @@ the faulty one f and the draft's q are kept. Then, with no further sampling:
   test's), and the two other scores of `equiv.verdicts.sampling.rule_scores` (their own
   p-values are bets; here their sums):
   ``relaxed`` (``out_top2(x) / p(x) - 1``) and ``draft_temp`` (the derivative in the exponent of
-  the verifier's draft row); ``draft_temp_pit``, a test of that direction whose increments stay
-  Gaussian: the normal scores ``Φ⁻¹(u)`` of the randomized PIT with each row's tokens ranked by
-  ``draft_temp``, weighed by ``c = d/dk E_k[Φ⁻¹(u)]`` (as the pooled ``temperature`` test
-  weighs its own; exact moments of the truncated normal, no sampling); and ``draft_temp_test``,
-  the pooled ``draft-temperature`` test's statistic: ``draft_temp`` at rows whose score's tails
-  allow (ρ <= `RHO`), ``draft_temp_pit`` elsewhere (a long run: Lyapunov's ratio below its cap);
+  the verifier's draft row); and ``draft_temp_pit``, a fixed-sample test of that direction whose
+  increments stay Gaussian: the normal scores ``Φ⁻¹(u)`` of the randomized PIT with each row's
+  tokens ranked by ``draft_temp``, weighed by ``c = d/dk E_k[Φ⁻¹(u)]`` (as the pooled
+  ``temperature`` test weighs its own; exact moments of the truncated normal, no sampling);
 - **the tilt's share of the limit**: the best exponential tilt ``p(x) exp(θ·φ(x)) / Z`` of every
   row with features φ = (log p, the ranks 1-3, log q/p), one θ for all positions, fitted with
   f known (an oracle: no detector learns θ for free). Its per-token growth over KL(f || p) is
@@ -44,12 +42,12 @@ from scipy import stats as sps
 from scipy.optimize import minimize
 from scipy.special import logsumexp
 
-from equiv.verdicts.sampling.rule_scores import RHO, pit_intervals, score_rows
+from equiv.verdicts.sampling.rule_scores import score_rows
 
 FloatArray = npt.NDArray[np.float64]
 SCORES = ("top", "temp", "leak")
 RULE_SCORES = ("relaxed", "draft_temp")
-PIT, TEST = "draft_temp_pit", "draft_temp_test"
+PIT = "draft_temp_pit"
 
 
 class Positions(Moments):
@@ -93,23 +91,23 @@ def rule_scores(p: FloatArray, q: FloatArray) -> dict[str, FloatArray]:
     return dict(zip(RULE_SCORES, (relaxed, draft_temp), strict=True))
 
 
-def pit_moments(p: FloatArray, q: FloatArray) -> tuple[float, FloatArray, FloatArray, float]:
-    """The temperature test's numbers at one position over p's support (zeros elsewhere): the
-    weight c of the normal scores, each token's ``E[Φ⁻¹(u) | x]`` and ``E[Φ⁻¹(u)² | x]``, and
-    the score's ``ρ`` (`equiv.verdicts.sampling.rule_scores.temperature_entry`)."""
+def pit_moments(p: FloatArray, q: FloatArray) -> tuple[float, FloatArray, FloatArray]:
+    """``draft_temp_pit`` at one position: the weight c, and each token's ``E[Φ⁻¹(u) | x]`` and
+    ``E[Φ⁻¹(u)² | x]`` over its interval of u, the tokens ranked by ``draft_temp``."""
     live = p > 0
     pl, s = p[live], score_rows(p, q)[2][live]
-    s = s - pl @ s
-    lower, mean_z = pit_intervals(pl, s)
-    ends = sps.norm.ppf(np.clip([lower, lower + pl], 0.0, 1.0))
+    order = np.argsort(s, kind="stable")
+    edges = np.clip(np.concatenate([[0.0], np.cumsum(pl[order])]), 0.0, 1.0)
+    z = sps.norm.ppf(edges)
+    dens = sps.norm.pdf(z)
     with np.errstate(invalid="ignore"):  # z = ±inf at the ends, where z φ(z) is 0
-        zd = np.where(np.isfinite(ends), ends * sps.norm.pdf(ends), 0.0)
+        zd = np.where(np.isfinite(z), z * dens, 0.0)
+    width = np.where(np.diff(edges) > 0, np.diff(edges), 1.0)
     first, second = np.zeros(p.size), np.ones(p.size)
-    first[live] = mean_z
-    second[live] = 1.0 + (zd[0] - zd[1]) / pl
-    variance = float(pl @ s**2)
-    rho = float(pl @ np.abs(s) ** 3) / variance**1.5 if variance > 0 else np.inf
-    return float(pl @ (mean_z * s)), first, second, rho
+    at = np.flatnonzero(live)[order]
+    first[at] = (dens[:-1] - dens[1:]) / width
+    second[at] = 1.0 + (zd[:-1] - zd[1:]) / width
+    return float(p[live] @ (first[live] * s)), first, second
 
 
 def fixed_sample_tokens(positions: Positions, name: str) -> float:
@@ -118,21 +116,21 @@ def fixed_sample_tokens(positions: Positions, name: str) -> float:
     v0: list[float] = []
     m1: list[float] = []
     v1: list[float] = []
-    rule = name in (*RULE_SCORES, PIT, TEST)
+    rule = name in (*RULE_SCORES, PIT)
     for kept in positions.union if rule else positions.kept:
         if kept is None:
             for values in (m0, v0, m1, v1):
                 values.append(0.0)
             continue
         p, f, q = kept
-        c, first, second, rho = pit_moments(p, q) if name in (PIT, TEST) else (0, p, p, 0.0)
-        if name == PIT or (name == TEST and rho > RHO):
+        if name == PIT:
+            c, first, second = pit_moments(p, q)
             for m, v, w in ((m0, v0, p), (m1, v1, f)):
                 mean = float(w @ first)
                 m.append(c * mean)
                 v.append(c * c * (float(w @ second) - mean**2))
             continue
-        s = (rule_scores if rule else scores)(p, q)["draft_temp" if name == TEST else name]
+        s = (rule_scores if rule else scores)(p, q)[name]
         for m, v, w in ((m0, v0, p), (m1, v1, f)):
             mean = float(w @ s)
             m.append(mean)
@@ -176,7 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     keys = args.prompts.split(",")
     print(f"{len(keys)} prompts, temp 0.8, draft-max 4, {args.seeds} seeds x <= {args.max_tokens}")
-    names = (*SCORES, *RULE_SCORES, PIT, TEST)
+    names = (*SCORES, *RULE_SCORES, PIT)
     cols = " | ".join(f"`{s}` (ratio)" for s in names)
     print(f"| engine | positions | Neyman-Pearson limit | {cols} | oracle tilt / KL | time |")
     print("| --- | --- | --- | " + "--- | " * len(names) + "--- | --- |")

@@ -71,7 +71,7 @@ __all__ = [
     "output_distribution",
     "residual",
     "total_variation",
-    "wrong_temp_rows",
+    "wrong_temp_outputs",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -233,12 +233,14 @@ def output_distribution(
     return out
 
 
-def wrong_temp_rows(p: FloatArray, q: FloatArray, exponents: Sequence[float]) -> FloatArray:
-    """``output_distribution(Rule.WRONG_TEMP, p, q, q_wrong=norm(q ** k))`` for each ``k`` of
-    ``exponents`` at once, one row a ``k``: the draft read at ``1 / k`` times its temperature
+def wrong_temp_outputs(
+    p: FloatArray, q: FloatArray, exponents: Sequence[float], token: int
+) -> FloatArray:
+    """``output_distribution(Rule.WRONG_TEMP, p, q, q_wrong=norm(q ** k))[token]`` for each
+    ``k`` of ``exponents`` at once: the draft read at ``1 / k`` times its temperature
     (temperature comes last in llama.cpp's chain). The same formula, ``out(x) = q(x) a(x) +
-    (1 - sum q a) r(x)``, for the scoring loop: ``p`` and ``q`` are distributions already (no
-    checks), and the exponents share one pass over the row rather than a call each."""
+    (1 - sum q a) r(x)``, kept to the one token the scoring loop asks for: ``p`` and ``q`` are
+    distributions already (no checks), and a row of the vocabulary costs a pass, not a sort."""
     live = q > 0
     log_q = np.log(q[live])
     k = np.asarray(exponents, dtype=np.float64)[:, None]
@@ -246,16 +248,18 @@ def wrong_temp_rows(p: FloatArray, q: FloatArray, exponents: Sequence[float]) ->
     wrong /= wrong.sum(axis=1, keepdims=True)  # q_wrong on q's support, one row a k
     pl, ql = p[live], q[live]
     accepted = np.minimum(ql, ql * pl / wrong)  # q a, with a = min(1, p / q_wrong)
+    excess = np.maximum(0.0, pl - wrong)
     # The residual max(0, p - q_wrong) over the vocabulary: where q is 0, q_wrong is too.
-    excess = np.zeros((k.shape[0], p.size))
-    excess[:, live] = np.maximum(0.0, pl - wrong)
-    excess[:, ~live] = p[~live]
-    total = excess.sum(axis=1, keepdims=True)
-    reject = np.maximum(0.0, 1.0 - accepted.sum(axis=1, keepdims=True))
+    total = excess.sum(axis=1) + float(p[~live].sum())
+    reject = np.maximum(0.0, 1.0 - accepted.sum(axis=1))
+    if live[token]:
+        at = int(np.count_nonzero(live[:token]))
+        mine, residual = accepted[:, at], excess[:, at]
+    else:
+        mine, residual = np.zeros(k.shape[0]), np.full(k.shape[0], p[token])
     # An all-zero residual (p == q_wrong) falls back to p, as `residual` does.
     safe = np.where(total > 0.0, total, 1.0)
-    out: FloatArray = reject * np.where(total > 0.0, excess / safe, p)
-    out[:, live] += accepted
+    out: FloatArray = mine + reject * np.where(total > 0.0, residual / safe, p[token])
     return out
 
 

@@ -345,8 +345,7 @@ def _tests(
     checks: list[TestResult] = []  # the placebo's, judging the instrument
     if design.one_sample:
         tests, checks = (against_rows(records, p, key, alpha) for p in ("speculative", "baseline"))
-        # the draft's rows at hand; the temperature's PITs drawn apart from the paths'
-        tests += rule_tests(records, alpha, pit_seed(records) + 17) if has_logits else []
+        tests += rule_tests(records, alpha) if has_logits else []  # the draft's rows at hand
     else:
         tests = [
             dataclasses.replace(t, name=t.name.replace("vs-placebo", "pooled"))
