@@ -102,7 +102,8 @@ def pit_moments(p: FloatArray, q: FloatArray) -> tuple[float, FloatArray, FloatA
     dens = sps.norm.pdf(z)
     with np.errstate(invalid="ignore"):  # z = ±inf at the ends, where z φ(z) is 0
         zd = np.where(np.isfinite(z), z * dens, 0.0)
-    width = np.where(np.diff(edges) > 0, np.diff(edges), 1.0)
+    width = np.diff(edges)
+    width = np.where(width > 0, width, 1.0)  # an empty interval's token is never drawn
     first, second = np.zeros(p.size), np.ones(p.size)
     at = np.flatnonzero(live)[order]
     first[at] = (dens[:-1] - dens[1:]) / width
