@@ -21,7 +21,14 @@ from equiv.verdicts.sampling.samples import PathSample
 from equiv.verdicts.sampling.support import far_outside
 from equiv.verdicts.sampling.token_evidence import chain_evidence, judgement_evidence
 
-__all__ = ["OUTSIDE_RATE", "faulty", "sample_drafted", "sample_pair", "sample_path"]
+__all__ = [
+    "OUTSIDE_RATE",
+    "faulty",
+    "sample_drafted",
+    "sample_drifted",
+    "sample_pair",
+    "sample_path",
+]
 
 #: The share of ``outside``'s tokens drawn from outside the chain's support.
 OUTSIDE_RATE = 0.01
@@ -67,6 +74,22 @@ def sample_path(
         rows.append(logits[prev])
         prev = token
     return _evidence(rows, tokens, sampling)
+
+
+def sample_drifted(
+    rng: np.random.Generator,
+    logits: npt.NDArray[np.float32],
+    n: int,
+    sampling: SamplingConfig,
+    scale: float,
+) -> tuple[PathSample, PathSample]:
+    """A correct sampler on drifted rows: ``n`` tokens drawn from each row's logits times
+    ``scale`` (hotter below 1, as numeric drift may make a server's rows), with their evidence
+    under those rows (what the server reports) and under the plain rows (what re-scoring by
+    plain decoding reads), in that order."""
+    own = sample_path(rng, logits * np.float32(scale), n, sampling)
+    prev = (0, *own.tokens[:-1])
+    return own, _evidence([logits[i] for i in prev], list(own.tokens), sampling)
 
 
 def _far(positions: list[int] | None) -> tuple[int, ...] | None:

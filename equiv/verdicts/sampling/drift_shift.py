@@ -7,7 +7,9 @@ summed over such tokens, is what the re-scored rows alone move the estimate of `
 there. On the speculative path that is numeric drift where its server's rows are not plain
 decoding's (llama-server keeps the accepted tokens' cache entries as the verification batch
 computed them, `tools/server/server-context.cpp`); on the baseline's tokens the same figure is
-the instrument's own error (0 where its re-scoring is exact). Pure functions of the samples.
+the instrument's own error (0 where its re-scoring is exact), and the speculative path's
+shift beyond it is what the run's verdict reads as numeric drift (`DriftShift.established`).
+Pure functions of the samples.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from scipy import stats as sps
 
 from equiv.records.codec import OMIT
 from equiv.verdicts.sampling.placebo import cluster_ratio
@@ -41,10 +45,21 @@ class DriftShift:
     placebo: float | None = None
     #: samples without the positions or the re-scoring (written before equiv recorded them)
     left_out: int = field(default=0, metadata={OMIT: 0})
+    #: the two-sided p-value of the speculative shift beyond the placebo's (Student's t, the
+    #: two paths' samples as independent clusters); None without the placebo's, or in records
+    #: written before it
+    p_beyond: float | None = field(default=None, metadata={OMIT: None})
+
+    def established(self, alpha: float) -> bool:
+        """The speculative server's rows are not the re-scored ones beyond what re-scoring
+        moves the placebo's by, at two-sided level ``alpha``: numeric drift, measured."""
+        return self.p_beyond is not None and self.p_beyond < alpha
 
     @property
     def line(self) -> str:
         placebo = "" if self.placebo is None else f"; on the placebo's: {self.placebo:+.4f}"
+        if self.p_beyond is not None:
+            placebo += f" (the difference: p {self.p_beyond:.2g})"
         left = f" ({self.left_out} samples without them left out)" if self.left_out else ""
         return (
             f"numeric drift: on the {self.tokens} speculative tokens whose row the server "
@@ -70,10 +85,10 @@ def _tokens(sample: PathSample) -> tuple[list[float], list[float]] | None:
 
 
 def _paired(
-    records: Sequence[Sample], path: str, alpha: float
-) -> tuple[tuple[float, float, float], int, int] | None:
-    """``(estimate, low, high)`` of ``path``'s shift, its tokens and the samples left out
-    without the evidence; None where no sample has it or under 2 samples carry information."""
+    records: Sequence[Sample], path: str
+) -> tuple[tuple[float, float, int], int, int] | None:
+    """``(θ, var θ, m)`` of ``path``'s shift (`cluster_ratio`), its tokens and the samples left
+    out without the evidence; None where no sample has it or under 2 samples carry information."""
     shift: list[float] = []
     info: list[float] = []
     ids: list[int] = []
@@ -89,7 +104,17 @@ def _paired(
     theta, var, m = cluster_ratio(shift, info, ids)
     if not math.isfinite(var):
         return None
-    return difference_interval((theta, var, m), (0.0, 0.0, m), alpha), len(shift), left_out
+    return (theta, var, m), len(shift), left_out
+
+
+def _p_beyond(own: tuple[float, float, int], placebo: tuple[float, float, int]) -> float:
+    """The two-sided p-value of ``own``'s estimate against ``placebo``'s (Student's t with
+    ``min(m) - 1`` degrees of freedom, as `difference_interval`)."""
+    diff, var = own[0] - placebo[0], own[1] + placebo[1]
+    if var <= 0:  # both exact: the rows the same everywhere, or a difference without noise
+        return 1.0 if diff == 0 else 0.0
+    df = max(min(own[2], placebo[2]) - 1, 1)
+    return float(2 * sps.t.sf(abs(diff) / math.sqrt(var), df))
 
 
 def drift_shift(records: Sequence[Sample], *, alpha: float) -> DriftShift | None:
@@ -99,10 +124,12 @@ def drift_shift(records: Sequence[Sample], *, alpha: float) -> DriftShift | None
     written before equiv recorded the positions). Samples without them are left out and counted.
     Both paths' rows are read under their own sampling settings: where the run sets the paths
     apart (a misconfiguration), the shift holds that difference too."""
-    found = _paired(records, "speculative", alpha)
+    found = _paired(records, "speculative")
     if found is None:
         return None
-    (estimate, low, high), tokens, left_out = found
-    base = _paired(records, "baseline", alpha)
-    placebo = None if base is None else base[0][0]
-    return DriftShift(tokens, estimate, low, high, placebo, left_out)
+    own, tokens, left_out = found
+    estimate, low, high = difference_interval(own, (0.0, 0.0, own[2]), alpha)
+    base = _paired(records, "baseline")
+    if base is None:
+        return DriftShift(tokens, estimate, low, high, None, left_out)
+    return DriftShift(tokens, estimate, low, high, base[0][0], left_out, _p_beyond(own, base[0]))

@@ -14,7 +14,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from scipy import stats as sps
-from simulated_chain import sample_pair, sample_path
+from simulated_chain import sample_drifted, sample_pair, sample_path
 
 from equiv.config import SamplingConfig
 from equiv.records import RUN_KEY, RunRecord, parse_record
@@ -644,6 +644,68 @@ def test_over_http_the_pooled_answer_says_what_the_rescored_rows_move_the_temper
     assert partial.tokens < drift.tokens
     assert f"({partial.left_out} samples without them left out)" in partial.line
     assert pool(run, alpha=ALPHA, has_logits=True).drift is None  # in process
+
+
+def drifted_server(prompts, seeds, scale, *, placebo_scale=1.0, tokens=32):
+    """An HTTP run with exact re-scoring whose speculative server samples correctly from rows
+    drifted from plain decoding's (logits times ``scale``) and reports each of them; the
+    baseline server's rows drifted by ``placebo_scale`` (1: plain decoding's own)."""
+    own, rescored = {}, {}
+    for p in range(prompts):
+        rng = np.random.default_rng([p, 2040])
+        logits = rng.normal(0.0, 2.5, size=(VOCAB, VOCAB)).astype(np.float32)
+        key = f"sim/p{p}"
+        for s in range(seeds):
+            base_own, base_rescored = sample_drifted(rng, logits, tokens, SAMPLING, placebo_scale)
+            spec_own, spec_rescored = sample_drifted(rng, logits, tokens, SAMPLING, scale)
+            name = f"{key}::sampling::seed{s}"
+            own.setdefault(key, []).append(Sample(name, base_own, spec_own))
+            rescored.setdefault(key, []).append(Sample(name, base_rescored, spec_rescored))
+    return _reported(_http(rescored, _fidelity(0.0)), own, every=1)
+
+
+def test_over_http_a_server_whose_own_rows_drift_is_numeric_drift_where_nothing_rejects():
+    """The speculative server samples correctly from rows 5 % hotter than plain decoding's:
+    no test rejects, the temperature bound is not within its margin, and the rows it reported
+    move the temperature by what the output's interval holds: numeric drift, not
+    inconclusive. Without the drift measured beyond the placebo's, or with an output that
+    moved elsewhere than the drift, it stays inconclusive."""
+    judged = judge_run(drifted_server(4, 8, 0.95), Counter(), alpha=ALPHA, has_logits=False)
+    pooled = judged.pooled
+    assert not pooled.rejected()
+    assert pooled.drift is not None
+    assert pooled.drift.established(pooled.bounds_level)
+    assert pooled.drift.high < 0.0  # hotter
+    assert judged.verdict.label is Label.NUMERIC_DRIFT, judged.verdict.reason
+    assert pooled.drift.line in judged.verdict.reason
+    assert PooledAnalysis.from_dict(pooled.to_dict()) == pooled
+    temperature = _temperature(judged)
+    # the output's temperature interval placed away from the drift's estimate
+    away = dataclasses.replace(
+        temperature, low=pooled.drift.high + 0.01, high=pooled.drift.high + 0.3
+    )
+    moved = dataclasses.replace(
+        pooled, bounds=tuple(away if b is temperature else b for b in pooled.bounds)
+    )
+    verdict = classify_run(moved, prompt_labels=Counter(), has_logits=False)
+    assert verdict.label is Label.INCONCLUSIVE, verdict.reason
+    # both servers' rows drift alike from the re-scoring: the instrument, not the deployment
+    both = judge_run(
+        drifted_server(4, 8, 0.95, placebo_scale=0.95), Counter(), alpha=ALPHA, has_logits=False
+    )
+    assert both.pooled.drift is not None
+    assert both.pooled.drift.high < 0.0
+    assert not both.pooled.drift.established(both.pooled.bounds_level)
+    assert both.verdict.label is not Label.NUMERIC_DRIFT, both.verdict.reason
+
+
+def test_a_server_whose_rows_are_plain_decodings_shows_no_drift():
+    """The same servers without drift: the shift is exactly 0 and its p-value 1."""
+    pooled = pool(drifted_server(4, 8, 1.0), alpha=ALPHA, has_logits=False)
+    assert pooled.drift is not None
+    assert pooled.drift.estimate == 0.0
+    assert pooled.drift.p_beyond == 1.0
+    assert not pooled.drift.established(0.5)
 
 
 def test_no_reported_tests_where_no_row_was_kept():
