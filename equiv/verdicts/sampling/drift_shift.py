@@ -7,9 +7,10 @@ summed over such tokens, is what the re-scored rows alone move the estimate of `
 there. On the speculative path that is numeric drift where its server's rows are not plain
 decoding's (llama-server keeps the accepted tokens' cache entries as the verification batch
 computed them, `tools/server/server-context.cpp`); on the baseline's tokens the same figure is
-the instrument's own error (0 where its re-scoring is exact), and the speculative path's
-shift beyond it is what the run's verdict reads as numeric drift (`DriftShift.established`).
-Pure functions of the samples.
+the instrument's own error (0 where its re-scoring is exact), so the line also says whether
+the speculative path's shift lies beyond it (`DriftShift.p_beyond`). Information beside the
+bounds, not a verdict: it covers only the tokens sampled outside speculative steps, and its
+coverage is not measured. Pure functions of the samples.
 """
 
 from __future__ import annotations
@@ -49,11 +50,6 @@ class DriftShift:
     #: two paths' samples as independent clusters); None without the placebo's, or in records
     #: written before it
     p_beyond: float | None = field(default=None, metadata={OMIT: None})
-
-    def established(self, alpha: float) -> bool:
-        """The speculative server's rows are not the re-scored ones beyond what re-scoring
-        moves the placebo's by, at two-sided level ``alpha``: numeric drift, measured."""
-        return self.p_beyond is not None and self.p_beyond < alpha
 
     @property
     def line(self) -> str:
@@ -111,8 +107,8 @@ def _p_beyond(own: tuple[float, float, int], placebo: tuple[float, float, int]) 
     """The two-sided p-value of ``own``'s estimate against ``placebo``'s (Student's t with
     ``min(m) - 1`` degrees of freedom, as `difference_interval`)."""
     diff, var = own[0] - placebo[0], own[1] + placebo[1]
-    if var <= 0:  # both exact: the rows the same everywhere, or a difference without noise
-        return 1.0 if diff == 0 else 0.0
+    if var <= 0:  # both exact, or a single sample carrying information: nothing to tell
+        return 1.0
     df = max(min(own[2], placebo[2]) - 1, 1)
     return float(2 * sps.t.sf(abs(diff) / math.sqrt(var), df))
 

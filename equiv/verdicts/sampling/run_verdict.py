@@ -22,11 +22,6 @@ prompts' own labels. In order:
   half of the run's level);
 - ``numeric-drift`` when prompts differ only by numeric drift (their own verdicts);
 - ``equivalent`` when nothing rejects and every bound lies within its margin;
-- ``numeric-drift`` when nothing rejects, a bound is not within its margin, and over HTTP the
-  speculative server's own rows are measured not to be plain decoding's (`DriftShift`: where it
-  reported the row of a token, that row against the re-scoring, beyond what re-scoring moves
-  the placebo's by, at the bounds' level) with the output's temperature interval holding that
-  drift's estimate: the output moved as far as the drift moves it, and no further;
 - ``inconclusive`` otherwise, with the seeds that would bring the bounds within their margins.
 
 The run's level is ``alpha``: half of it for the pooled tests, half shared by the prompts, so by
@@ -45,7 +40,6 @@ from equiv.json_types import JSONDict, json_object
 from equiv.records import AnalysisRecord, ResultRecord, RunRecord
 from equiv.records.verdict import Label, Verdict
 from equiv.verdicts.sampling.pooled import Design, PooledAnalysis, is_reported, pool
-from equiv.verdicts.sampling.pooled_bounds import Effect
 from equiv.verdicts.sampling.run_batched import RunBatched
 from equiv.verdicts.sampling.samples import Sample
 from equiv.verdicts.stats.sequential import Stopping
@@ -159,31 +153,8 @@ def _pooled_rejects(
     return Verdict(label, f"{found}; {why}", ev)
 
 
-def _drifted(pooled: PooledAnalysis) -> str:
-    """Rule 8: why the output's distance from plain decoding is numeric drift, or "" where the
-    run cannot say so: no rows reported, or the placebo fails the tests against its own (they
-    are left out: the rows are not the sampler's), the drift not beyond the placebo's, or the
-    output's temperature interval misses the drift's estimate (something else moved it too)."""
-    drift = pooled.drift
-    if drift is None or not drift.established(pooled.bounds_level):
-        return ""
-    if not any(is_reported(t) for t in pooled.tests):
-        return ""
-    beyond = drift.estimate - (drift.placebo or 0.0)
-    temperature = next((b for b in pooled.bounds if b.effect is Effect.TEMPERATURE), None)
-    if temperature is None or not temperature.low <= beyond <= temperature.high:
-        return ""
-    return (
-        f"but the rows the speculative server samples from are not plain decoding's ({drift.line}),"
-        f" beyond the placebo's at the bounds' level {pooled.bounds_level:.2g}; its tokens pass "
-        f"the tests against those rows, and the output's temperature interval holds the drift's "
-        f"{beyond:+.4f}: the output differs from plain decoding by numeric drift (a sampler "
-        "fault within the bounds above is not ruled out)"
-    )
-
-
 def _nothing_rejects(pooled: PooledAnalysis, n_drift: int, ev: JSONDict) -> Verdict:
-    """Rules 6-9: no test of the sampler rejects: drift, bounds within, or more seeds."""
+    """Rules 6-8: no test of the sampler rejects: drift, bounds within, or more seeds."""
     scope = _scope(pooled)
     bounds = "; ".join(b.line for b in pooled.bounds)
     if n_drift:
@@ -199,11 +170,6 @@ def _nothing_rejects(pooled: PooledAnalysis, n_drift: int, ev: JSONDict) -> Verd
             f"no pooled test rejects at alpha {pooled.alpha:.2g} and every effect is bounded "
             f"within its margin ({scope}; {bounds})",
             ev,
-        )
-    drifted = _drifted(pooled)
-    if drifted:
-        return Verdict(
-            Label.NUMERIC_DRIFT, f"no pooled test rejects ({scope}; {bounds}); {drifted}", ev
         )
     need = pooled.seeds_needed()
     if need is None:

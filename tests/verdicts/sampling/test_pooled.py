@@ -20,6 +20,7 @@ from equiv.config import SamplingConfig
 from equiv.records import RUN_KEY, RunRecord, parse_record
 from equiv.records.verdict import Label
 from equiv.verdicts.sampling.analysis_record import ScoredTest
+from equiv.verdicts.sampling.drift_shift import drift_shift
 from equiv.verdicts.sampling.fidelity import EXACT_TV, Fidelity
 from equiv.verdicts.sampling.pit_tests import pit_seed, tokens_of, top_derivatives
 from equiv.verdicts.sampling.placebo import quasi_tempering
@@ -647,9 +648,10 @@ def test_over_http_the_pooled_answer_says_what_the_rescored_rows_move_the_temper
 
 
 def drifted_server(prompts, seeds, scale, *, placebo_scale=1.0, tokens=32):
-    """An HTTP run with exact re-scoring whose speculative server samples correctly from rows
-    drifted from plain decoding's (logits times ``scale``) and reports each of them; the
-    baseline server's rows drifted by ``placebo_scale`` (1: plain decoding's own)."""
+    """An HTTP run whose speculative server samples correctly from rows drifted from plain
+    decoding's (logits times ``scale``) and reports each of them; the baseline server's rows
+    drifted by ``placebo_scale``: at 1 its own rows are the re-scored ones (exact re-scoring),
+    otherwise the re-scoring is not exact (as at several requests in flight)."""
     own, rescored = {}, {}
     for p in range(prompts):
         rng = np.random.default_rng([p, 2040])
@@ -661,51 +663,42 @@ def drifted_server(prompts, seeds, scale, *, placebo_scale=1.0, tokens=32):
             name = f"{key}::sampling::seed{s}"
             own.setdefault(key, []).append(Sample(name, base_own, spec_own))
             rescored.setdefault(key, []).append(Sample(name, base_rescored, spec_rescored))
-    return _reported(_http(rescored, _fidelity(0.0)), own, every=1)
+    fidelity = _fidelity(0.0) if placebo_scale == 1.0 else None
+    return _reported(_http(rescored, fidelity), own, every=1)
 
 
-def test_over_http_a_server_whose_own_rows_drift_is_numeric_drift_where_nothing_rejects():
-    """The speculative server samples correctly from rows 5 % hotter than plain decoding's:
-    no test rejects, the temperature bound is not within its margin, and the rows it reported
-    move the temperature by what the output's interval holds: numeric drift, not
-    inconclusive. Without the drift measured beyond the placebo's, or with an output that
-    moved elsewhere than the drift, it stays inconclusive."""
-    judged = judge_run(drifted_server(4, 8, 0.95), Counter(), alpha=ALPHA, has_logits=False)
-    pooled = judged.pooled
-    assert not pooled.rejected()
-    assert pooled.drift is not None
-    assert pooled.drift.established(pooled.bounds_level)
-    assert pooled.drift.high < 0.0  # hotter
-    assert judged.verdict.label is Label.NUMERIC_DRIFT, judged.verdict.reason
-    assert pooled.drift.line in judged.verdict.reason
-    assert PooledAnalysis.from_dict(pooled.to_dict()) == pooled
-    temperature = _temperature(judged)
-    # the output's temperature interval placed away from the drift's estimate
-    away = dataclasses.replace(
-        temperature, low=pooled.drift.high + 0.01, high=pooled.drift.high + 0.3
-    )
-    moved = dataclasses.replace(
-        pooled, bounds=tuple(away if b is temperature else b for b in pooled.bounds)
-    )
-    verdict = classify_run(moved, prompt_labels=Counter(), has_logits=False)
-    assert verdict.label is Label.INCONCLUSIVE, verdict.reason
-    # both servers' rows drift alike from the re-scoring: the instrument, not the deployment
-    both = judge_run(
-        drifted_server(4, 8, 0.95, placebo_scale=0.95), Counter(), alpha=ALPHA, has_logits=False
-    )
-    assert both.pooled.drift is not None
-    assert both.pooled.drift.high < 0.0
-    assert not both.pooled.drift.established(both.pooled.bounds_level)
-    assert both.verdict.label is not Label.NUMERIC_DRIFT, both.verdict.reason
+def test_the_drift_line_says_whether_the_speculative_shift_lies_beyond_the_placebos():
+    """A speculative server sampling correctly from rows 5 % hotter than plain decoding's:
+    its shift lies beyond the placebo's (exactly 0, its rows the re-scored ones), and the
+    p-value is the level at which the line's interval reaches 0. Both servers' rows drifted
+    alike from the re-scoring (the instrument's error, not the deployment's): no difference."""
+    run = drifted_server(4, 8, 0.95)
+    drift = pool(run, alpha=ALPHA, has_logits=False).drift
+    assert drift is not None
+    assert drift.high < 0.0  # hotter
+    assert drift.placebo == 0.0
+    assert drift.p_beyond is not None
+    assert drift.p_beyond < 1e-4
+    assert f"(the difference: p {drift.p_beyond:.2g})" in drift.line
+    at_p = drift_shift([s for v in run.values() for s in v], alpha=drift.p_beyond / 2)
+    assert at_p is not None
+    assert at_p.high == pytest.approx(0.0, abs=1e-9)
+    alike = pool(drifted_server(4, 8, 0.95, placebo_scale=0.95), alpha=ALPHA, has_logits=False)
+    assert alike.design is Design.VS_PLACEBO
+    assert alike.drift is not None
+    assert alike.drift.high < 0.0
+    assert alike.drift.placebo is not None
+    assert alike.drift.placebo < 0.0
+    assert alike.drift.p_beyond is not None
+    assert alike.drift.p_beyond > 0.05
 
 
 def test_a_server_whose_rows_are_plain_decodings_shows_no_drift():
     """The same servers without drift: the shift is exactly 0 and its p-value 1."""
-    pooled = pool(drifted_server(4, 8, 1.0), alpha=ALPHA, has_logits=False)
-    assert pooled.drift is not None
-    assert pooled.drift.estimate == 0.0
-    assert pooled.drift.p_beyond == 1.0
-    assert not pooled.drift.established(0.5)
+    drift = pool(drifted_server(4, 8, 1.0), alpha=ALPHA, has_logits=False).drift
+    assert drift is not None
+    assert (drift.estimate, drift.low, drift.high) == (0.0, 0.0, 0.0)
+    assert drift.p_beyond == 1.0
 
 
 def test_no_reported_tests_where_no_row_was_kept():
