@@ -691,6 +691,30 @@ def test_the_drift_line_says_whether_the_speculative_shift_lies_beyond_the_place
     assert alike.drift.placebo < 0.0
     assert alike.drift.p_beyond is not None
     assert alike.drift.p_beyond > 0.05
+    # a speculative server drifted 5 %, a placebo's 2 %: the p-value from the clusters' sums
+    apart = drifted_server(4, 8, 0.95, placebo_scale=0.98)
+    found = pool(apart, alpha=ALPHA, has_logits=False).drift
+    assert found is not None
+    assert found.p_beyond == pytest.approx(_welch_of_clusters(apart), rel=1e-9)
+
+
+def _welch_of_clusters(run):
+    """The shift beyond the placebo's, computed here from each sample's sums: per path
+    ``θ = Σ shift / Σ info`` with the sandwich variance over samples, then Student's t on the
+    difference with ``min(m) - 1`` degrees of freedom."""
+    estimates = []
+    for path in ("speculative", "baseline"):
+        sums = []
+        for sample in (s.path(path) for v in run.values() for s in v):
+            own = np.asarray(sample.scores["reported_score"])
+            rescored = np.asarray(sample.scores["target_score"])[list(sample.reported_positions)]
+            sums.append(((rescored[:, 0] - own[:, 0]).sum(), own[:, 1].sum()))
+        n, d = np.asarray(sums).T
+        theta = n.sum() / d.sum()
+        m = len(n)
+        estimates.append((theta, ((n - theta * d) ** 2).sum() / d.sum() ** 2 * m / (m - 1), m))
+    (a, va, ma), (b, vb, mb) = estimates
+    return 2 * sps.t.sf(abs(a - b) / np.sqrt(va + vb), min(ma, mb) - 1)
 
 
 def test_a_server_whose_rows_are_plain_decodings_shows_no_drift():
