@@ -19,11 +19,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scipy import stats as sps
-
 from equiv.records.codec import OMIT
 from equiv.verdicts.sampling.placebo import cluster_ratio
-from equiv.verdicts.sampling.pooled_bounds import difference_interval
+from equiv.verdicts.sampling.pooled_bounds import difference_interval, difference_p
 from equiv.verdicts.sampling.samples import PathSample, Sample
 
 __all__ = ["DriftShift", "drift_shift"]
@@ -103,16 +101,6 @@ def _paired(
     return (theta, var, m), len(shift), left_out
 
 
-def _p_beyond(own: tuple[float, float, int], placebo: tuple[float, float, int]) -> float:
-    """The two-sided p-value of ``own``'s estimate against ``placebo``'s (Student's t with
-    ``min(m) - 1`` degrees of freedom, as `difference_interval`)."""
-    diff, var = own[0] - placebo[0], own[1] + placebo[1]
-    if var <= 0:  # both exact, or a single sample carrying information: nothing to tell
-        return 1.0
-    df = max(min(own[2], placebo[2]) - 1, 1)
-    return float(2 * sps.t.sf(abs(diff) / math.sqrt(var), df))
-
-
 def drift_shift(records: Sequence[Sample], *, alpha: float) -> DriftShift | None:
     """What the re-scored rows move the likelihood scores' estimate of ``λ - 1`` by on the
     speculative tokens with a reported row (and on the baseline's), or None where no sample
@@ -128,4 +116,4 @@ def drift_shift(records: Sequence[Sample], *, alpha: float) -> DriftShift | None
     base = _paired(records, "baseline")
     if base is None:
         return DriftShift(tokens, estimate, low, high, None, left_out)
-    return DriftShift(tokens, estimate, low, high, base[0][0], left_out, _p_beyond(own, base[0]))
+    return DriftShift(tokens, estimate, low, high, base[0][0], left_out, difference_p(own, base[0]))

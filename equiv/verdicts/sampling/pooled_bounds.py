@@ -38,6 +38,7 @@ __all__ = [
     "calibrated",
     "clopper_pearson",
     "difference_interval",
+    "difference_p",
 ]
 
 
@@ -122,6 +123,17 @@ def difference_interval(
     df = max(min(estimates[2], placebo[2]) - 1, 1)
     half = float(sps.t.isf(alpha, df)) * math.sqrt(estimates[1] + placebo[1])
     return diff, diff - half, diff + half
+
+
+def difference_p(estimates: tuple[float, float, int], placebo: tuple[float, float, int]) -> float:
+    """The two-sided p-value of the same difference as `difference_interval` against 0 (the
+    same Student's t); 1 where both variances are 0 (both exact, or a single sample carrying
+    information: nothing to tell)."""
+    diff, var = estimates[0] - placebo[0], estimates[1] + placebo[1]
+    if var <= 0:
+        return 1.0
+    df = max(min(estimates[2], placebo[2]) - 1, 1)
+    return float(2 * sps.t.sf(abs(diff) / math.sqrt(var), df))
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
