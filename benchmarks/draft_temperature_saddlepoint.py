@@ -66,17 +66,19 @@ class Rows:
         self.logp = np.where(live, np.log(np.where(live, probs, 1.0)), -np.inf)
         self.scores = np.where(live, scores, 0.0)
 
-    def cgf(self, t: float, counts: FloatArray) -> tuple[float, float, float]:
-        tilted = self.logp + t * self.scores
+    def cgf(self, t: float, counts: FloatArray, sign: float = 1.0) -> tuple[float, float, float]:
+        """At ``t``, of the sum of ``sign`` times the scores (``K_{-S}(t) = K_S(-t)``)."""
+        tilted = self.logp + (sign * t) * self.scores
         norm = logsumexp(tilted, axis=1)
         w = np.exp(tilted - norm[:, None])
         mean = (w * self.scores).sum(axis=1)
         var = (w * self.scores**2).sum(axis=1) - mean**2
-        return float(counts @ norm), float(counts @ mean), float(counts @ var)
+        return float(counts @ norm), sign * float(counts @ mean), float(counts @ var)
 
-    def upper(self, counts: FloatArray, total: float) -> float:
-        """``P(S >= total)`` by Lugannani-Rice (the normal tail within 1e-3 sd of the mean)."""
-        _, mean, var = self.cgf(0.0, counts)
+    def upper(self, counts: FloatArray, total: float, sign: float = 1.0) -> float:
+        """``P(sign S >= total)`` by Lugannani-Rice (the normal tail within 1e-3 sd of the
+        mean)."""
+        _, mean, var = self.cgf(0.0, counts, sign)
         if var <= 0:
             return 1.0
         z = (total - mean) / np.sqrt(var)
@@ -84,21 +86,20 @@ class Rows:
             return float(sps.norm.sf(z))
         side = 1.0 if total > mean else -1.0
         edge = side / np.sqrt(var)
-        while (self.cgf(edge, counts)[1] - total) * side < 0:
+        while (self.cgf(edge, counts, sign)[1] - total) * side < 0:
             edge *= 2
             if abs(edge) > 1e12:  # beyond every score: the sum cannot reach it
                 return 0.0 if side > 0 else 1.0
-        t = brentq(lambda u: self.cgf(u, counts)[1] - total, min(0.0, edge), max(0.0, edge))
-        k, _, v = self.cgf(t, counts)
+        t = brentq(lambda u: self.cgf(u, counts, sign)[1] - total, min(0.0, edge), max(0.0, edge))
+        k, _, v = self.cgf(t, counts, sign)
         w = np.sign(t) * np.sqrt(max(2 * (t * total - k), 0.0))
         if abs(w) < 1e-8:
             return float(sps.norm.sf(z))
         return float(sps.norm.sf(w) + sps.norm.pdf(w) * (1 / (t * np.sqrt(v)) - 1 / w))
 
     def two_sided(self, counts: FloatArray, total: float) -> float:
-        lower = Rows.__new__(Rows)
-        lower.logp, lower.scores = self.logp, -self.scores
-        return min(1.0, 2 * min(self.upper(counts, total), lower.upper(counts, -total)))
+        lower = self.upper(counts, -total, sign=-1.0)
+        return min(1.0, 2 * min(self.upper(counts, total), lower))
 
 
 def _row(rng: np.random.Generator) -> tuple[FloatArray, FloatArray]:
